@@ -1,0 +1,1 @@
+export * as Packed from "./Packed.js"
