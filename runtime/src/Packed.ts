@@ -7,6 +7,16 @@ import { ParseResult, Schema } from "effect"
 
 const bytesOf = (a: Int32Array | Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
 
+/**
+ * An owned, aligned copy of the bytes. Not `bytes.slice()`: msgpackr decodes `bin` as a Node
+ * `Buffer` view into the whole frame (or the 8 KiB pool), and `Buffer#slice` does not copy.
+ */
+const ownedBuffer = (bytes: Uint8Array): ArrayBuffer => {
+  const copy = new Uint8Array(bytes.byteLength)
+  copy.set(bytes)
+  return copy.buffer
+}
+
 const packed = <A extends Int32Array | Float32Array>(
   name: string,
   ctor: { new (buffer: ArrayBuffer): A; readonly BYTES_PER_ELEMENT: number },
@@ -16,7 +26,7 @@ const packed = <A extends Int32Array | Float32Array>(
     strict: true,
     decode: (bytes, _, ast) =>
       bytes.byteLength % ctor.BYTES_PER_ELEMENT === 0
-        ? ParseResult.succeed(new ctor(bytes.slice().buffer as ArrayBuffer)) // copy: aligned and owned
+        ? ParseResult.succeed(new ctor(ownedBuffer(bytes)))
         : ParseResult.fail(new ParseResult.Type(ast, bytes, `${name}: ${bytes.byteLength} bytes is not a multiple of ${ctor.BYTES_PER_ELEMENT}`)),
     encode: (a) => ParseResult.succeed(bytesOf(a))
   }).annotations({ identifier: `Packed${name}` })

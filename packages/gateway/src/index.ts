@@ -1,1 +1,13 @@
-export {}
+/**
+ * @reins/gateway — the OpenAI-compatible Gateway: attempt keys, exact-token recording, the
+ * pause gate, the store. See Gateway.ts for how the pieces are assembled.
+ */
+export * as Gateway from "./Gateway.js"
+export { Generator, GenerateError, type GeneratorService, type ModelInfo } from "./generator/Generator.js"
+export * as Upstream from "./generator/Upstream.js"
+export * as PauseGate from "./gate/PauseGate.js"
+export * as Metrics from "./metrics.js"
+export { Store, type StoreService, type IssuedAttempt, type NewCall, type NewReward, type NewRollout, type RolloutDetail, type RolloutPage, type RolloutQuery } from "./store/Store.js"
+export * as SqliteStore from "./store/sqlite/SqliteStore.js"
+export type { PromptFormat } from "./prompt/reuse.js"
+export { generateKey, hashKey } from "./auth/keys.js"

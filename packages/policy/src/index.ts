@@ -1,1 +1,2 @@
-export {}
+export * from "./tokenizer/index.js"
+export * from "./chat/index.js"

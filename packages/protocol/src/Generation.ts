@@ -42,5 +42,10 @@ export class GenerateChunk extends Schema.Class<GenerateChunk>("GenerateChunk")(
   /** Row-major `[tokens × k]` alternatives when `topLogprobs = k > 0`. */
   topIds: Schema.optional(Packed.Int32),
   topLogprobs: Schema.optional(Packed.Float32),
-  finishReason: Schema.optional(FinishReason)
+  finishReason: Schema.optional(FinishReason),
+  /**
+   * With `finishReason: "stop"` from a stop string: the string that matched. The token that
+   * completed it is part of `outputIds` (it was sampled); the caller cuts the text.
+   */
+  matchedStop: Schema.optional(Schema.String)
 }) {}

@@ -1,1 +1,6 @@
 export * from "./Generation.js"
+export * from "./Store.js"
+export * from "./Gateway.js"
+export * from "./Rollout.js"
+export * from "./Chat.js"
+export * from "./Trainer.js"

@@ -1,6 +1,12 @@
 /** The `reins` command line: `reins --help` lists the commands. */
+import { ValidationError } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
 import { cli } from "./cli/main.js"
 
-cli(process.argv).pipe(Effect.provide(NodeContext.layer), NodeRuntime.runMain({ disableErrorReporting: false }))
+cli(process.argv).pipe(
+  // @effect/cli has already printed what was wrong with the command line: exit 1, no second report.
+  Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => void (process.exitCode = 1))),
+  Effect.provide(NodeContext.layer),
+  NodeRuntime.runMain
+)

@@ -1,10 +1,14 @@
 /** The root command; each subcommand lives in its own file beside this one. */
 import { Command } from "@effect/cli"
+import { node } from "./node.js"
+import { serve } from "./serve.js"
 import { start } from "./start.js"
+import { status } from "./status.js"
+import { tokenizer } from "./tokenizer.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start])
+  Command.withSubcommands([start, node, status, tokenizer, serve])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })

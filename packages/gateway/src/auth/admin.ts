@@ -1,0 +1,48 @@
+/**
+ * The admin token guards `/api/...`. It comes from `REINS_ADMIN_TOKEN`, or from
+ * `<data dir>/admin-token`, which is generated on first start with mode 0600. Agents never get it.
+ */
+import { Effect } from "effect"
+import { randomBytes } from "node:crypto"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { type ApiError, adminUnauthorized } from "../http/errors.js"
+import { keyFromHeaders } from "./attempt.js"
+import { secretsEqual } from "./keys.js"
+
+export const ADMIN_TOKEN_FILE = "admin-token"
+
+export class AdminTokenError extends Error {
+  readonly _tag = "AdminTokenError"
+}
+
+/** The token to use: explicit, else the environment, else the file under `dataDir` (created if missing). */
+export const resolveAdminToken = (dataDir: string, explicit?: string): Effect.Effect<string, AdminTokenError> =>
+  Effect.try({
+    try: () => {
+      const given = explicit ?? process.env.REINS_ADMIN_TOKEN
+      if (given !== undefined && given.trim() !== "") return given.trim()
+      const file = path.join(dataDir, ADMIN_TOKEN_FILE)
+      fs.mkdirSync(dataDir, { recursive: true })
+      try {
+        const fd = fs.openSync(file, "wx", 0o600)
+        const token = "ra-" + randomBytes(32).toString("base64url")
+        fs.writeSync(fd, token + "\n")
+        fs.fsyncSync(fd)
+        fs.closeSync(fd)
+        return token
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+      }
+      if ((fs.statSync(file).mode & 0o077) !== 0) fs.chmodSync(file, 0o600)
+      const token = fs.readFileSync(file, "utf8").trim()
+      if (token === "") throw new Error(`${file} is empty; delete it to generate a new token`)
+      return token
+    },
+    catch: (e) => new AdminTokenError(`admin token: ${e instanceof Error ? e.message : String(e)}`)
+  })
+
+export const checkAdmin = (token: string, headers: Readonly<Record<string, string | undefined>>): Effect.Effect<void, ApiError> => {
+  const given = keyFromHeaders(headers) ?? headers["x-admin-token"] ?? null
+  return given !== null && secretsEqual(given, token) ? Effect.void : Effect.fail(adminUnauthorized())
+}

@@ -1,0 +1,326 @@
+/**
+ * Serving a call by proxying it to an external OpenAI-compatible server. The harness's request
+ * goes through as it is (optionally asking the upstream for token ids and logprobs); the answer
+ * comes back as the upstream wrote it. The call is recorded before the answer is released:
+ * before the JSON body, or — when streaming — before the chunk with `finish_reason` and `[DONE]`
+ * (earlier chunks flow through as they arrive). Without token ids and logprobs from the upstream
+ * the call is recorded as not trainable.
+ */
+import { HttpServerResponse } from "@effect/platform"
+import type { ChatMessage } from "@reins/protocol"
+import { Effect, Exit, Stream } from "effect"
+import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
+import { type ApiError, badRequest, errorBody, heldTooLong, shuttingDown, upstreamError } from "../http/errors.js"
+import { SSE_HEADERS } from "../http/sse.js"
+import { messageKeys, toolsKey } from "../prompt/keys.js"
+import { classifyBreak, findMatch, type Reuse, type Turn } from "../prompt/reuse.js"
+import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
+
+type Json = Record<string, any>
+
+/** What the upstream returned, gathered from a JSON body or from stream chunks. */
+class Gathered {
+  content = ""
+  toolCalls: Array<{ id: string; type: string; function: { name: string; arguments: string } }> = []
+  finishReason: string | null = null
+  promptIds: Array<number> | null = null
+  outputIds: Array<number> = []
+  logprobs: Array<number> = []
+  usage: unknown = null
+  id: string | null = null
+  model: string | null = null
+  created: number | null = null
+  firstTokenAt: number | null = null
+
+  constructor(readonly chat: boolean) {}
+
+  addChunk(chunk: Json) {
+    this.id ??= chunk.id ?? null
+    this.model ??= chunk.model ?? null
+    this.created ??= chunk.created ?? null
+    if (Array.isArray(chunk.prompt_token_ids)) this.promptIds = chunk.prompt_token_ids
+    if (chunk.usage) this.usage = chunk.usage
+    const choice = chunk.choices?.[0]
+    if (!choice) return
+    const piece = this.chat ? choice.delta?.content : choice.text
+    if (typeof piece === "string" && piece !== "") {
+      this.firstTokenAt ??= Date.now()
+      this.content += piece
+    }
+    if (Array.isArray(choice.prompt_token_ids)) this.promptIds = choice.prompt_token_ids
+    if (Array.isArray(choice.token_ids)) this.outputIds.push(...choice.token_ids)
+    this.addLogprobs(choice.logprobs)
+    for (const d of choice.delta?.tool_calls ?? []) {
+      const at = typeof d.index === "number" ? d.index : this.toolCalls.length
+      const call = (this.toolCalls[at] ??= { id: "", type: "function", function: { name: "", arguments: "" } })
+      if (d.id) call.id = d.id
+      if (d.function?.name) call.function.name += d.function.name
+      if (d.function?.arguments) call.function.arguments += d.function.arguments
+    }
+    if (choice.finish_reason) this.finishReason = choice.finish_reason
+  }
+
+  addBody(body: Json) {
+    this.id = body.id ?? null
+    this.model = body.model ?? null
+    this.created = body.created ?? null
+    this.usage = body.usage ?? null
+    if (Array.isArray(body.prompt_token_ids)) this.promptIds = body.prompt_token_ids
+    const choice = body.choices?.[0]
+    if (!choice) return
+    this.content = (this.chat ? choice.message?.content : choice.text) ?? ""
+    this.toolCalls = choice.message?.tool_calls ?? []
+    this.finishReason = choice.finish_reason ?? null
+    if (Array.isArray(choice.prompt_token_ids)) this.promptIds = choice.prompt_token_ids
+    if (Array.isArray(choice.token_ids)) this.outputIds = [...choice.token_ids]
+    this.addLogprobs(choice.logprobs)
+  }
+
+  private addLogprobs(lp: Json | null | undefined) {
+    if (!lp) return
+    if (Array.isArray(lp.content)) for (const t of lp.content) this.logprobs.push(Number(t.logprob))
+    else if (Array.isArray(lp.token_logprobs)) for (const v of lp.token_logprobs) this.logprobs.push(Number(v))
+  }
+
+  get trainable() {
+    return this.promptIds !== null && this.promptIds.length > 0 && this.outputIds.length > 0 && this.logprobs.length === this.outputIds.length
+  }
+
+  /** The equivalent non-streaming response (what is recorded). */
+  response(): Json {
+    const message = { role: "assistant", content: this.toolCalls.length > 0 && this.content === "" ? null : this.content, ...(this.toolCalls.length ? { tool_calls: this.toolCalls } : {}) }
+    return {
+      id: this.id,
+      object: this.chat ? "chat.completion" : "text_completion",
+      created: this.created,
+      model: this.model,
+      choices: [this.chat ? { index: 0, message, finish_reason: this.finishReason } : { index: 0, text: this.content, finish_reason: this.finishReason }],
+      usage: this.usage
+    }
+  }
+}
+
+const path = (ctx: CallContext) => (ctx.endpoint === "chat.completions" ? "/chat/completions" : "/completions")
+
+/** Asks for ids and logprobs when configured; returns what to strip before the harness sees it. */
+const forwardBody = (upstream: UpstreamService, ctx: CallContext, body: Json) => {
+  if (!upstream.options.tokenIds) return { forward: body, stripLogprobs: false }
+  const chat = ctx.endpoint === "chat.completions"
+  const asked = chat ? body.logprobs === true : typeof body.logprobs === "number"
+  const forward = { ...body, return_token_ids: true, logprobs: chat ? true : Math.max(1, Number(body.logprobs ?? 0)) }
+  return { forward, stripLogprobs: !asked }
+}
+
+const stripChoiceLogprobs = (json: Json) => {
+  for (const c of json.choices ?? []) if (c && typeof c === "object") c.logprobs = null
+  return json
+}
+
+/** How the prompt relates to the attempt's earlier calls (from the upstream's own ids). */
+const reuseOf = (turns: ReadonlyArray<Turn>, body: Json, g: Gathered): { reuse: Reuse; keys: Array<string> | null; tk: string } => {
+  try {
+    if (!g.chat || !Array.isArray(body.messages)) return { reuse: NO_REUSE, keys: null, tk: "" }
+    const messages = body.messages as Array<ChatMessage>
+    const keys = messageKeys(messages)
+    const tk = toolsKey(body.tools)
+    const match = findMatch(turns, messages, keys, tk)
+    if (match !== null && g.promptIds !== null) {
+      const prefix = [...match.turn.promptIds, ...(match.retry ? [] : match.turn.outputIds)]
+      const extends_ = prefix.every((id, i) => g.promptIds![i] === id)
+      return { reuse: extends_ ? { reusedTokens: prefix.length, fromCallId: match.turn.callId, break: null } : { reusedTokens: 0, fromCallId: null, break: "retokenized" }, keys, tk }
+    }
+    const latest = turns[turns.length - 1]
+    return { reuse: { reusedTokens: 0, fromCallId: null, break: latest ? classifyBreak(latest, messages, keys, tk) : null }, keys, tk }
+  } catch {
+    return { reuse: NO_REUSE, keys: null, tk: "" }
+  }
+}
+
+const readText = (res: UpstreamResponse) =>
+  Effect.tryPromise({ try: () => res.body.text(), catch: (e) => upstreamError(`reading the upstream response failed: ${String(e)}`) })
+
+export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService, body: Json): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
+  Effect.gen(function* () {
+    if (typeof body.model !== "string") {
+      const error = badRequest("'model' is required.", "model", "missing_required_parameter")
+      yield* recordError(env, ctx, error, body)
+      return yield* Effect.fail(error)
+    }
+    const admission = yield* env.gate.enter.pipe(
+      Effect.catchTags({
+        HeldTooLong: (e) => {
+          const error = heldTooLong(e.maxHoldSeconds, 5)
+          return Effect.zipRight(recordError(env, ctx, error, body, { heldMs: e.maxHoldSeconds * 1000 }), Effect.fail(error))
+        },
+        GateClosed: () => Effect.fail(shuttingDown())
+      })
+    )
+    const startedAt = Date.now()
+    const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
+    const { forward, stripLogprobs } = forwardBody(upstream, ctx, body)
+    const g = new Gathered(ctx.endpoint === "chat.completions")
+
+    const record = (status: number, response: unknown, error: string | null) => {
+      const { reuse, keys, tk } = reuseOf(turns, body, g)
+      const outputIds = Int32Array.from(g.outputIds)
+      const trainable = status === 200 && g.trainable
+      return recordServed(env, {
+        attemptId: ctx.attempt.id,
+        endpoint: ctx.endpoint,
+        model: body.model,
+        status,
+        error,
+        request: body,
+        response,
+        promptIds: g.promptIds ? Int32Array.from(g.promptIds) : EMPTY_INT,
+        outputIds,
+        logprobs: g.logprobs.length === g.outputIds.length ? Float32Array.from(g.logprobs) : EMPTY_FLOAT,
+        versions: new Int32Array(outputIds.length),
+        finishReason: status === 200 ? g.finishReason : null,
+        trainable,
+        reuse,
+        timings: { receivedAt: ctx.receivedAt, startedAt, firstTokenAt: g.firstTokenAt, finishedAt: Date.now(), heldMs: admission.heldMs }
+      }).pipe(
+        Effect.tap((call) =>
+          Effect.sync(() => {
+            env.metrics.tokens.inc({ kind: "completion" }, g.outputIds.length)
+            if (status === 200 && keys !== null) {
+              env.conversations.add(ctx.attempt.id, {
+                callId: call.id,
+                keys,
+                toolsKey: tk,
+                promptIds: g.promptIds ? Int32Array.from(g.promptIds) : EMPTY_INT,
+                outputIds,
+                reply: { content: g.content, toolCalls: g.toolCalls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) },
+                exact: trainable
+              })
+            }
+          })
+        )
+      )
+    }
+
+    const res = yield* upstream.post(path(ctx), forward).pipe(
+      Effect.mapError((e) => upstreamError(e.message)),
+      Effect.tapError((error) => Effect.zipRight(recordError(env, ctx, error, body, { heldMs: admission.heldMs, startedAt }), admission.release)),
+      Effect.onInterrupt(() => admission.release)
+    )
+    const streamed = body.stream === true && res.status === 200 && res.contentType.includes("text/event-stream")
+    if (streamed) return relay(res, g, stripLogprobs, record, () => recordError(env, ctx, upstreamError("the upstream stream failed"), body), admission.release)
+
+    return yield* Effect.gen(function* () {
+      const text = yield* readText(res)
+      let json: Json | null = null
+      try {
+        json = JSON.parse(text)
+      } catch {
+        json = null
+      }
+      if (res.status !== 200 || json === null || typeof json !== "object") {
+        const error =
+          json?.error && typeof json.error === "object"
+            ? { status: res.status, body: json }
+            : { status: res.status === 200 ? 502 : res.status, body: errorBody(upstreamError(`upstream answered ${res.status}: ${text.slice(0, 500)}`)) }
+        const message = String(error.body.error?.message ?? "upstream error")
+        yield* record(error.status, null, `upstream: ${message}`).pipe(Effect.ignore)
+        return HttpServerResponse.unsafeJson(error.body, { status: error.status })
+      }
+      g.addBody(json)
+      g.firstTokenAt = Date.now()
+      yield* record(200, json, null)
+      return stripLogprobs
+        ? HttpServerResponse.unsafeJson(stripChoiceLogprobs(json))
+        : HttpServerResponse.text(text, { contentType: "application/json" })
+    }).pipe(
+      Effect.onInterrupt(() => record(499, null, "client closed the request").pipe(Effect.ignore)),
+      Effect.ensuring(admission.release)
+    )
+  })
+
+const encoder = new TextEncoder()
+
+/**
+ * Relays an SSE stream: events flow through as they arrive, except the one with the
+ * `finish_reason` and everything after it, which wait until the call is recorded.
+ */
+const relay = (
+  res: UpstreamResponse,
+  g: Gathered,
+  stripLogprobs: boolean,
+  record: (status: number, response: unknown, error: string | null) => Effect.Effect<unknown, ApiError>,
+  recordFailure: () => Effect.Effect<void>,
+  release: Effect.Effect<void>
+): HttpServerResponse.HttpServerResponse => {
+  const decoder = new TextDecoder()
+  let buffer = ""
+  let holding = false
+  const held: Array<string> = []
+  let recorded = false
+
+  const onEvent = (event: string): Array<Uint8Array> => {
+    const data = event
+      .split(/\r?\n/)
+      .filter((l) => l.startsWith("data:"))
+      .map((l) => l.slice(5).trimStart())
+      .join("\n")
+    let out = event
+    if (data !== "" && data !== "[DONE]") {
+      try {
+        const chunk = JSON.parse(data) as Json
+        g.addChunk(chunk)
+        if (chunk.choices?.some((c: Json) => c?.finish_reason)) holding = true
+        if (stripLogprobs) out = `data: ${JSON.stringify(stripChoiceLogprobs(chunk))}`
+      } catch {
+        // not JSON: pass it through untouched
+      }
+    }
+    if (data === "[DONE]") holding = true
+    if (holding) {
+      held.push(out + "\n\n")
+      return []
+    }
+    return [encoder.encode(out + "\n\n")]
+  }
+
+  const events = Stream.fromAsyncIterable(res.body as AsyncIterable<Uint8Array>, (e) => upstreamError(`the upstream stream failed: ${String(e)}`)).pipe(
+    Stream.mapConcat((bytes) => {
+      buffer += decoder.decode(bytes, { stream: true })
+      const out: Array<Uint8Array> = []
+      for (;;) {
+        const m = /\r?\n\r?\n/.exec(buffer)
+        if (m === null) break
+        const event = buffer.slice(0, m.index)
+        buffer = buffer.slice(m.index + m[0].length)
+        if (event.trim() !== "") out.push(...onEvent(event))
+      }
+      return out
+    }),
+    Stream.concat(
+      Stream.fromEffect(
+        Effect.suspend(() => {
+          if (buffer.trim() !== "") onEvent(buffer)
+          return record(200, g.response(), null).pipe(
+            Effect.map(() => {
+              recorded = true
+              return held.map((e) => encoder.encode(e))
+            })
+          )
+        })
+      ).pipe(Stream.flattenIterables)
+    ),
+    Stream.catchAll((error) =>
+      Stream.fromEffect(
+        (recorded ? Effect.void : recordFailure()).pipe(
+          Effect.map(() => {
+            recorded = true
+            return encoder.encode(`data: ${JSON.stringify(errorBody(error))}\n\n`)
+          })
+        )
+      )
+    ),
+    Stream.ensuringWith((exit) =>
+      Effect.zipRight(recorded || Exit.isSuccess(exit) ? Effect.void : record(499, g.response(), "client closed the request").pipe(Effect.ignore), release)
+    )
+  )
+  return HttpServerResponse.stream(events, { headers: SSE_HEADERS, contentType: "text/event-stream" })
+}

@@ -1,0 +1,70 @@
+/** Store entities as the admin API returns them (snake_case, token arrays as JSON arrays). */
+import type { Attempt, LlmCall, Reward, Rollout, StoreEvent } from "@reins/protocol"
+
+export const rolloutJson = (r: Rollout) => ({
+  id: r.id,
+  task: r.task,
+  group: r.group,
+  state: r.state,
+  attempts: r.attempts,
+  reward: r.reward,
+  created_at: r.createdAt,
+  updated_at: r.updatedAt
+})
+
+export const attemptJson = (a: Attempt) => ({
+  id: a.id,
+  rollout_id: a.rolloutId,
+  index: a.index,
+  state: a.state,
+  reason: a.reason,
+  created_at: a.createdAt,
+  started_at: a.startedAt,
+  finished_at: a.finishedAt
+})
+
+export const callJson = (c: LlmCall) => ({
+  id: c.id,
+  rollout_id: c.rolloutId,
+  attempt_id: c.attemptId,
+  seq: c.seq,
+  endpoint: c.endpoint,
+  model: c.model,
+  status: c.status,
+  error: c.error,
+  trainable: c.trainable,
+  finish_reason: c.finishReason,
+  prompt_token_ids: Array.from(c.promptIds),
+  output_token_ids: Array.from(c.outputIds),
+  output_logprobs: Array.from(c.logprobs),
+  versions: Array.from(c.versions),
+  reuse: { reused_tokens: c.reuse.reusedTokens, from_call_id: c.reuse.fromCallId, break: c.reuse.break },
+  timings: {
+    received_at: c.timings.receivedAt,
+    started_at: c.timings.startedAt,
+    first_token_at: c.timings.firstTokenAt,
+    finished_at: c.timings.finishedAt,
+    held_ms: c.timings.heldMs
+  },
+  request: c.request,
+  response: c.response
+})
+
+export const rewardJson = (r: Reward) => ({
+  id: r.id,
+  rollout_id: r.rolloutId,
+  attempt_id: r.attemptId,
+  call_id: r.callId,
+  reward: r.value,
+  info: r.info,
+  created_at: r.createdAt
+})
+
+export const eventJson = (e: StoreEvent) => ({
+  seq: e.seq,
+  at: e.at,
+  type: e.type,
+  rollout_id: e.rolloutId,
+  attempt_id: e.attemptId,
+  data: e.data
+})

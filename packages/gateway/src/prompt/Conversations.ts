@@ -1,0 +1,82 @@
+/**
+ * The turns of recent attempts, kept in memory for prompt reuse and rebuilt from the store on a
+ * miss (after a restart, or when the attempt fell out of the cache), so reuse never depends on
+ * the process having seen the earlier calls.
+ */
+import type { ChatMessage, LlmCall } from "@reins/protocol"
+import { Effect } from "effect"
+import type { StoreService } from "../store/Store.js"
+import { messageKeys, type Reply, toolsKey } from "./keys.js"
+import type { Turn } from "./reuse.js"
+
+interface StoredChoice {
+  readonly message?: {
+    readonly content?: string | null
+    readonly tool_calls?: ReadonlyArray<{ readonly id: string; readonly function: { readonly name: string; readonly arguments: string } }>
+  }
+}
+
+/** The turn a recorded call left, if it can be reused (a successful chat call with exact ids). */
+export const turnOfCall = (call: LlmCall): Turn | null => {
+  if (call.endpoint !== "chat.completions" || call.status !== 200 || call.outputIds.length === 0) return null
+  const request = call.request as { messages?: ReadonlyArray<ChatMessage>; tools?: unknown } | null
+  const choice = (call.response as { choices?: ReadonlyArray<StoredChoice> } | null)?.choices?.[0]
+  if (!request?.messages || !choice?.message) return null
+  const reply: Reply = {
+    content: choice.message.content ?? "",
+    toolCalls: (choice.message.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }))
+  }
+  return {
+    callId: call.id,
+    keys: messageKeys(request.messages),
+    toolsKey: toolsKey(request.tools),
+    promptIds: call.promptIds,
+    outputIds: call.outputIds,
+    reply,
+    exact: call.trainable
+  }
+}
+
+export interface Conversations {
+  readonly turns: (attemptId: string) => Effect.Effect<ReadonlyArray<Turn>>
+  readonly add: (attemptId: string, turn: Turn) => void
+}
+
+/**
+ * An LRU of `capacity` attempts, each keeping its latest `turnsPerAttempt` turns (prompt reuse
+ * looks for the longest conversation the new request extends; in practice a recent one).
+ * Loading failures degrade to "no earlier turns" (logged), never to a failed call.
+ */
+export const make = (store: StoreService, capacity = 256, turnsPerAttempt = 64): Conversations => {
+  const cache = new Map<string, Array<Turn>>()
+  const touch = (id: string, turns: Array<Turn>) => {
+    cache.delete(id)
+    cache.set(id, turns)
+    while (cache.size > capacity) cache.delete(cache.keys().next().value!)
+  }
+  return {
+    turns: (attemptId) =>
+      Effect.suspend(() => {
+        const hit = cache.get(attemptId)
+        if (hit !== undefined) {
+          touch(attemptId, hit)
+          return Effect.succeed(hit)
+        }
+        return store.calls(attemptId).pipe(
+          Effect.map((calls) => {
+            // A concurrent call may have filled the entry meanwhile: keep what it added.
+            const turns = cache.get(attemptId) ?? calls.flatMap((c) => turnOfCall(c) ?? []).slice(-turnsPerAttempt)
+            touch(attemptId, turns)
+            return turns
+          }),
+          Effect.catchAll((e) => Effect.logWarning(`prompt reuse: cannot load calls of ${attemptId}: ${e.message}`).pipe(Effect.as([])))
+        )
+      }),
+    add: (attemptId, turn) => {
+      const turns = cache.get(attemptId)
+      if (turns === undefined) return
+      turns.push(turn)
+      if (turns.length > turnsPerAttempt) turns.shift()
+    }
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * Exact-token prompts: the prompt of a call reuses the exact prompt + output ids of the earlier
+ * call of the same attempt whose conversation the new one extends the furthest, and only the
+ * new messages are tokenized. When no earlier call can be reused, the reason is classified
+ * (`history-edited`, `template`, `retokenized`, `truncated`) and the prompt is tokenized whole.
+ */
+import type { ChatTemplate, Tokenizer } from "@reins/policy"
+import type { BreakReason, ChatMessage, ChatTool } from "@reins/protocol"
+import { matchesReply, messageKeys, type Reply, replyKey, toolsKey } from "./keys.js"
+
+/** What an earlier successful chat call of the attempt leaves for the next ones. */
+export interface Turn {
+  readonly callId: string
+  /** Keys of the messages it was prompted with. */
+  readonly keys: ReadonlyArray<string>
+  readonly toolsKey: string
+  readonly promptIds: Int32Array
+  readonly outputIds: Int32Array
+  readonly reply: Reply
+  /** False when its ids are not the policy's exact samples (then they are never reused). */
+  readonly exact: boolean
+}
+
+export interface PromptFormat {
+  readonly tokenizer: Tokenizer
+  readonly template: ChatTemplate
+}
+
+export interface Reuse {
+  readonly reusedTokens: number
+  readonly fromCallId: string | null
+  readonly break: BreakReason | null
+}
+
+export interface BuiltPrompt {
+  readonly promptIds: Int32Array
+  readonly keys: ReadonlyArray<string>
+  readonly toolsKey: string
+  readonly reuse: Reuse
+}
+
+const samePrefix = (a: ReadonlyArray<string>, b: ReadonlyArray<string>, n: number) => {
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+interface Match {
+  readonly turn: Turn
+  /** Messages of the new request covered by the turn's prompt + reply. */
+  readonly covered: number
+  /** The request repeats the turn's prompt exactly (a retry): reuse its prompt ids only. */
+  readonly retry: boolean
+}
+
+/** The exact turn the new conversation extends the furthest (newest wins a tie). */
+export const findMatch = (
+  turns: ReadonlyArray<Turn>,
+  messages: ReadonlyArray<ChatMessage>,
+  keys: ReadonlyArray<string>,
+  tk: string
+): Match | null => {
+  let best: Match | null = null
+  for (let i = turns.length - 1; i >= 0; i--) {
+    const turn = turns[i]!
+    const k = turn.keys.length
+    if (!turn.exact || turn.toolsKey !== tk || keys.length < k || !samePrefix(keys, turn.keys, k)) continue
+    const covered = keys.length === k ? k : matchesReply(messages[k]!, turn.reply) ? k + 1 : -1
+    if (covered < 0) continue
+    if (best === null || covered > best.covered) best = { turn, covered, retry: keys.length === k }
+  }
+  return best
+}
+
+/**
+ * Why the latest turn could not be extended. `truncated`: the new conversation keeps a prefix of
+ * the old one, skips one or more messages, then continues with the old ones in order (the
+ * harness dropped turns to fit its context). `retokenized`: the history is what the model
+ * produced but its exact ids are unknown. Anything else is `history-edited`.
+ */
+export const classifyBreak = (
+  latest: Turn,
+  messages: ReadonlyArray<ChatMessage>,
+  keys: ReadonlyArray<string>,
+  tk: string
+): BreakReason => {
+  const n = latest.keys.length
+  const expectedLength = n + 1
+  /** Does new message `i` stand for old message `j` (`j = n` is the old reply)? */
+  const same = (i: number, j: number) =>
+    j < n ? keys[i] === latest.keys[j] : keys[i] === replyKey(latest.reply) || matchesReply(messages[i]!, latest.reply)
+  let p = 0
+  while (p < keys.length && p < expectedLength && same(p, p)) p++
+  if (p === expectedLength || (p === keys.length && keys.length === n)) {
+    // The text is the old conversation (extended), so only the ids were missing.
+    return latest.toolsKey === tk && !latest.exact ? "retokenized" : "history-edited"
+  }
+  if (latest.toolsKey !== tk || p === keys.length) return "history-edited"
+  for (let q = p + 1; q < expectedLength; q++) {
+    if (!same(p, q)) continue
+    let m = 1
+    while (p + m < keys.length && q + m < expectedLength && same(p + m, q + m)) m++
+    if (p + m === keys.length || q + m === expectedLength) return "truncated"
+  }
+  return "history-edited"
+}
+
+const isTemplateError = (e: unknown) => typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "ChatTemplateError"
+
+/**
+ * The prompt ids of a chat request given the attempt's earlier turns. Throws `ChatTemplateError`
+ * when the template cannot render the request at all.
+ */
+export const buildPrompt = (
+  format: PromptFormat,
+  turns: ReadonlyArray<Turn>,
+  messages: ReadonlyArray<ChatMessage>,
+  tools: ReadonlyArray<ChatTool> | undefined
+): BuiltPrompt => {
+  const keys = messageKeys(messages)
+  const tk = toolsKey(tools)
+  const options = { tools, addGenerationPrompt: true }
+  const match = findMatch(turns, messages, keys, tk)
+  if (match !== null) {
+    const { turn } = match
+    if (match.retry) {
+      return { promptIds: turn.promptIds, keys, toolsKey: tk, reuse: { reusedTokens: turn.promptIds.length, fromCallId: turn.callId, break: null } }
+    }
+    try {
+      const promptIds = format.template.continuePrompt(format.tokenizer, turn, messages, match.covered, options)
+      return {
+        promptIds,
+        keys,
+        toolsKey: tk,
+        reuse: { reusedTokens: turn.promptIds.length + turn.outputIds.length, fromCallId: turn.callId, break: null }
+      }
+    } catch (e) {
+      if (!isTemplateError(e)) throw e
+      const promptIds = format.template.encode(format.tokenizer, messages, options)
+      return { promptIds, keys, toolsKey: tk, reuse: { reusedTokens: 0, fromCallId: null, break: "template" } }
+    }
+  }
+  const promptIds = format.template.encode(format.tokenizer, messages, options)
+  const latest = turns[turns.length - 1]
+  const reason = latest === undefined ? null : classifyBreak(latest, messages, keys, tk)
+  return { promptIds, keys, toolsKey: tk, reuse: { reusedTokens: 0, fromCallId: null, break: reason } }
+}

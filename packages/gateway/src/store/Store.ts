@@ -1,0 +1,128 @@
+/**
+ * The one interface to everything the Gateway records. The embedded implementation is SQLite
+ * (`SqliteStore`); a PostgreSQL implementation serving several gateways would implement the same
+ * service. Every write is durable when its Effect succeeds.
+ */
+import type {
+  Attempt,
+  AttemptState,
+  BreakReason,
+  CallEndpoint,
+  Conflict,
+  EventType,
+  IllegalTransition,
+  LlmCall,
+  ModelVersion,
+  NotFound,
+  Reward,
+  Rollout,
+  StoreError,
+  StoreEvent
+} from "@reins/protocol"
+import { Context, type Effect, type Option, type Stream } from "effect"
+
+export interface NewRollout {
+  readonly task: unknown
+  readonly group?: string | null | undefined
+  /** Start the first attempt right away (`running`) instead of leaving it `queued`. */
+  readonly start?: boolean | undefined
+}
+
+/** A new attempt and its key. The key is returned only here; the store keeps its hash. */
+export interface IssuedAttempt {
+  readonly rollout: Rollout
+  readonly attempt: Attempt
+  readonly key: string
+}
+
+export interface NewCall {
+  readonly attemptId: string
+  readonly endpoint: CallEndpoint
+  readonly model: string
+  readonly status: number
+  readonly error: string | null
+  readonly request: unknown
+  readonly response: unknown
+  readonly promptIds: Int32Array
+  readonly outputIds: Int32Array
+  readonly logprobs: Float32Array
+  readonly versions: Int32Array
+  readonly finishReason: string | null
+  readonly trainable: boolean
+  readonly reuse: { readonly reusedTokens: number; readonly fromCallId: string | null; readonly break: BreakReason | null }
+  readonly timings: {
+    readonly receivedAt: number
+    readonly startedAt: number | null
+    readonly firstTokenAt: number | null
+    readonly finishedAt: number
+    readonly heldMs: number
+  }
+}
+
+export interface NewReward {
+  readonly attemptId: string
+  readonly callId?: string | null | undefined
+  readonly value: number
+  readonly info?: unknown
+}
+
+export interface RolloutQuery {
+  readonly state?: AttemptState | undefined
+  readonly group?: string | undefined
+  /** 1..500, default 50. */
+  readonly limit?: number | undefined
+  /** The `next` cursor of the previous page. */
+  readonly cursor?: string | undefined
+}
+
+/** Newest first. */
+export interface RolloutPage {
+  readonly rollouts: ReadonlyArray<Rollout>
+  readonly next: string | null
+}
+
+export interface RolloutDetail {
+  readonly rollout: Rollout
+  readonly attempts: ReadonlyArray<Attempt>
+  readonly calls: ReadonlyArray<LlmCall>
+  readonly rewards: ReadonlyArray<Reward>
+}
+
+export interface StoreService {
+  readonly createRollout: (input: NewRollout) => Effect.Effect<IssuedAttempt, StoreError>
+  /** A retry: a new attempt of a rollout whose latest attempt has ended. */
+  readonly createAttempt: (
+    rolloutId: string,
+    options?: { readonly start?: boolean }
+  ) => Effect.Effect<IssuedAttempt, StoreError | NotFound | Conflict>
+  /** The attempt an attempt key belongs to (looked up by its hash). */
+  readonly attemptByKey: (key: string) => Effect.Effect<Option.Option<Attempt>, StoreError>
+  readonly attempt: (id: string) => Effect.Effect<Attempt, StoreError | NotFound>
+  /** Moves an attempt along its state machine; illegal moves fail and change nothing. */
+  readonly transition: (
+    attemptId: string,
+    to: AttemptState,
+    reason?: string | null
+  ) => Effect.Effect<Attempt, StoreError | NotFound | IllegalTransition>
+  /** Durable when it succeeds; assigns the call's id and its sequence number within the attempt. */
+  readonly recordCall: (call: NewCall) => Effect.Effect<LlmCall, StoreError | NotFound>
+  readonly call: (id: string) => Effect.Effect<LlmCall, StoreError | NotFound>
+  /** The calls of an attempt in `seq` order. */
+  readonly calls: (attemptId: string) => Effect.Effect<ReadonlyArray<LlmCall>, StoreError>
+  readonly addReward: (reward: NewReward) => Effect.Effect<Reward, StoreError | NotFound>
+  readonly rollout: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>
+  readonly rollouts: (query: RolloutQuery) => Effect.Effect<RolloutPage, StoreError>
+  /** Idempotent per version. */
+  readonly recordModelVersion: (v: {
+    readonly version: number
+    readonly modelId: string
+    readonly info?: unknown
+  }) => Effect.Effect<ModelVersion, StoreError>
+  readonly modelVersions: Effect.Effect<ReadonlyArray<ModelVersion>, StoreError>
+  /** Appends an event that is not a side effect of another write (e.g. gateway pause/resume). */
+  readonly recordEvent: (type: EventType, data: unknown) => Effect.Effect<StoreEvent, StoreError>
+  /** Events with `seq > after`, first from the log, then live as they are recorded. Never ends by itself. */
+  readonly events: (after: number) => Stream.Stream<StoreEvent, StoreError>
+}
+
+export class Store extends Context.Tag("@reins/gateway/Store")<Store, StoreService>() {}

@@ -1,0 +1,96 @@
+/**
+ * The SQLite schema, as @effect/sql migrations (applied in order, recorded in
+ * `reins_migrations`). Never edit a shipped migration: add the next one.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+const m0001_init = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE rollouts (
+      id TEXT PRIMARY KEY,
+      task TEXT NOT NULL,
+      grp TEXT,
+      state TEXT NOT NULL,
+      attempts INTEGER NOT NULL DEFAULT 0,
+      reward REAL,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    )`
+  yield* sql`CREATE INDEX rollouts_by_state ON rollouts (state, id)`
+  yield* sql`CREATE INDEX rollouts_by_group ON rollouts (grp, id)`
+  yield* sql`
+    CREATE TABLE attempts (
+      id TEXT PRIMARY KEY,
+      rollout_id TEXT NOT NULL REFERENCES rollouts (id),
+      idx INTEGER NOT NULL,
+      key_hash TEXT NOT NULL UNIQUE,
+      state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+      reason TEXT,
+      created_at INTEGER NOT NULL,
+      started_at INTEGER,
+      finished_at INTEGER,
+      UNIQUE (rollout_id, idx)
+    )`
+  yield* sql`
+    CREATE TABLE calls (
+      id TEXT PRIMARY KEY,
+      attempt_id TEXT NOT NULL REFERENCES attempts (id),
+      rollout_id TEXT NOT NULL REFERENCES rollouts (id),
+      seq INTEGER NOT NULL,
+      endpoint TEXT NOT NULL,
+      model TEXT NOT NULL,
+      status INTEGER NOT NULL,
+      error TEXT,
+      request TEXT,
+      response TEXT,
+      prompt_ids BLOB NOT NULL,
+      output_ids BLOB NOT NULL,
+      logprobs BLOB NOT NULL,
+      versions BLOB NOT NULL,
+      finish_reason TEXT,
+      trainable INTEGER NOT NULL,
+      reused_tokens INTEGER NOT NULL,
+      reuse_from TEXT,
+      break_reason TEXT,
+      received_at INTEGER NOT NULL,
+      started_at INTEGER,
+      first_token_at INTEGER,
+      finished_at INTEGER NOT NULL,
+      held_ms REAL NOT NULL,
+      UNIQUE (attempt_id, seq)
+    )`
+  yield* sql`CREATE INDEX calls_by_rollout ON calls (rollout_id, attempt_id, seq)`
+  yield* sql`
+    CREATE TABLE rewards (
+      id TEXT PRIMARY KEY,
+      rollout_id TEXT NOT NULL REFERENCES rollouts (id),
+      attempt_id TEXT NOT NULL REFERENCES attempts (id),
+      call_id TEXT REFERENCES calls (id),
+      value REAL NOT NULL,
+      info TEXT,
+      created_at INTEGER NOT NULL
+    )`
+  yield* sql`CREATE INDEX rewards_by_rollout ON rewards (rollout_id, id)`
+  yield* sql`
+    CREATE TABLE model_versions (
+      version INTEGER PRIMARY KEY,
+      model_id TEXT NOT NULL,
+      info TEXT,
+      created_at INTEGER NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE events (
+      seq INTEGER PRIMARY KEY AUTOINCREMENT,
+      at INTEGER NOT NULL,
+      type TEXT NOT NULL,
+      rollout_id TEXT,
+      attempt_id TEXT,
+      data TEXT
+    )`
+})
+
+export const migrations = {
+  "0001_init": m0001_init
+}

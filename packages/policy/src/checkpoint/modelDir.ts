@@ -1,0 +1,236 @@
+/**
+ * A model directory, laid out like a Hugging Face one so people recognise it:
+ *
+ *   config.json               architecture + policy `version` (see model/config.ts)
+ *   model.safetensors         weights, F32, [in, out] matrices (names: `parameterShapes`)
+ *   tokenizer.json            the tokenizer (tokenizer module)
+ *   chat_template.jinja       the chat template (chat module)
+ *   generation_config.json    stop ids and default sampling settings
+ *   optimizer.safetensors     optional: AdamW moments and step, to resume training
+ *
+ * Saving writes every file to a temporary name and renames it into place, config.json last.
+ * Loading reads and validates everything (shapes, checksums, the version recorded in both
+ * config.json and model.safetensors, vocabulary sizes) before anything is built, so a corrupt or
+ * truncated file fails with a `CheckpointError` naming the file, never a half-loaded model.
+ */
+import { Data, Effect, Schema } from "effect"
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { ChatTemplate } from "../chat/ChatTemplate.js"
+import { loadChatTemplate, saveChatTemplate } from "../chat/ChatTemplateFiles.js"
+import { decodeConfig, encodeConfig, type ModelConfig, parameterShapes } from "../model/config.js"
+import { checkWeights, Transformer, type Weights } from "../model/transformer.js"
+import type { Tokenizer } from "../tokenizer/Tokenizer.js"
+import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
+import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
+
+export const CONFIG_FILE = "config.json"
+export const WEIGHTS_FILE = "model.safetensors"
+export const GENERATION_CONFIG_FILE = "generation_config.json"
+export const OPTIMIZER_FILE = "optimizer.safetensors"
+
+/** A file of a model directory that cannot be read, parsed or trusted. */
+export class CheckpointError extends Data.TaggedError("CheckpointError")<{
+  readonly file: string
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+const field = <A, I>(schema: Schema.Schema<A, I>, key: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(key))
+const withDefault = <A, I>(schema: Schema.Schema<A, I>, key: string, value: NoInfer<A>) =>
+  Schema.optionalWith(schema, { default: () => value }).pipe(Schema.fromKey(key))
+
+/** `generation_config.json`: stop ids and the defaults a request does not set. */
+export class GenerationConfig extends Schema.Class<GenerationConfig>("GenerationConfig")({
+  eosTokenIds: field(Schema.Array(Schema.Int.pipe(Schema.nonNegative())), "eos_token_id"),
+  temperature: withDefault(Schema.Number.pipe(Schema.between(0, 2)), "temperature", 1),
+  topP: withDefault(Schema.Number.pipe(Schema.between(0, 1)), "top_p", 1),
+  topK: withDefault(Schema.Int.pipe(Schema.nonNegative()), "top_k", 0),
+  maxNewTokens: withDefault(Schema.Int.pipe(Schema.positive()), "max_new_tokens", 256)
+}) {
+  static forTokenizer(tokenizer: Tokenizer): GenerationConfig {
+    return new GenerationConfig({ eosTokenIds: [...tokenizer.stopIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
+  }
+}
+
+/** Everything a model directory holds (the optimizer state is separate). */
+export interface ModelDir {
+  readonly config: ModelConfig
+  readonly weights: Weights
+  readonly tokenizer: Tokenizer
+  readonly chatTemplate: ChatTemplate
+  readonly generationConfig: GenerationConfig
+}
+
+export interface OptimizerState {
+  readonly step: number
+  readonly tensors: Record<string, Float32Array>
+}
+
+const reason = (e: unknown): string => (e instanceof Error ? e.message : String(e))
+
+const fail = (file: string, message: string, cause?: unknown) => new CheckpointError({ file, message: `${file}: ${message}`, cause })
+
+const readBytes = (file: string) =>
+  Effect.tryPromise({ try: () => fs.readFile(file), catch: (e) => fail(file, `cannot read (${reason(e)})`, e) })
+
+const readJson = (file: string) =>
+  Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => fail(file, `cannot read (${reason(e)})`, e) }).pipe(
+    Effect.flatMap((text) => Effect.try({ try: () => JSON.parse(text) as unknown, catch: (e) => fail(file, `invalid JSON (${reason(e)})`, e) }))
+  )
+
+const writeBytesAtomic = (file: string, bytes: Uint8Array): Promise<void> => {
+  const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`
+  return fs
+    .writeFile(tmp, bytes, { flag: "wx" })
+    .then(() => fs.rename(tmp, file))
+    .catch(async (e: unknown) => {
+      await fs.rm(tmp, { force: true })
+      throw e
+    })
+}
+
+const write = (file: string, data: string | Uint8Array) =>
+  Effect.tryPromise({
+    try: () => (typeof data === "string" ? writeFileAtomic(file, data) : writeBytesAtomic(file, data)),
+    catch: (e) => fail(file, `cannot write (${reason(e)})`, e)
+  })
+
+/** Reads and checks `model.safetensors` against the config; returns the weights. */
+const readWeights = (file: string, config: ModelConfig) =>
+  readBytes(file).pipe(
+    Effect.flatMap((bytes) =>
+      Effect.try({
+        try: () => {
+          const { tensors, metadata } = decodeSafetensors(bytes)
+          const shapes = parameterShapes(config)
+          const weights: Weights = {}
+          for (const [name, t] of tensors) {
+            const expected = shapes[name]
+            if (expected !== undefined && (t.dtype !== "F32" || t.shape.join(",") !== expected.join(","))) {
+              throw new Error(`tensor ${name} is ${t.dtype} [${t.shape.join(", ")}], the config needs F32 [${expected.join(", ")}]`)
+            }
+            weights[name] = t.data as Float32Array
+          }
+          checkWeights(shapes, weights)
+          const version = metadata["version"]
+          if (version !== undefined && Number(version) !== config.version) {
+            throw new Error(`holds version ${version} but config.json says ${config.version} (a save was interrupted?)`)
+          }
+          return weights
+        },
+        catch: (e) => fail(file, reason(e), e)
+      })
+    )
+  )
+
+/** Loads and validates a whole model directory. */
+export const loadModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+  Effect.gen(function* () {
+    const configFile = path.join(dir, CONFIG_FILE)
+    const config = yield* readJson(configFile).pipe(
+      Effect.flatMap((json) => Effect.try({ try: () => decodeConfig(json), catch: (e) => fail(configFile, reason(e), e) }))
+    )
+    const weights = yield* readWeights(path.join(dir, WEIGHTS_FILE), config)
+    const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
+    if (tokenizer.vocabSize > config.vocabSize) {
+      return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
+    }
+    const chatTemplate = yield* loadChatTemplate(dir).pipe(
+      Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
+    )
+    const genFile = path.join(dir, GENERATION_CONFIG_FILE)
+    const generationConfig = yield* readJson(genFile).pipe(
+      Effect.flatMap((json) =>
+        Effect.try({
+          try: () => {
+            const raw = json as Record<string, unknown>
+            // Hugging Face writes a single id or a list.
+            const eos = typeof raw?.["eos_token_id"] === "number" ? [raw["eos_token_id"]] : raw?.["eos_token_id"]
+            return Schema.decodeUnknownSync(GenerationConfig)({ ...raw, eos_token_id: eos })
+          },
+          catch: (e) => fail(genFile, reason(e), e)
+        })
+      )
+    )
+    for (const id of generationConfig.eosTokenIds) {
+      if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
+    }
+    return { config, weights, tokenizer, chatTemplate, generationConfig }
+  })
+
+/** Writes a whole model directory (creating it if needed); config.json is written last. */
+export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<void, CheckpointError> =>
+  Effect.gen(function* () {
+    yield* Effect.tryPromise({ try: () => fs.mkdir(dir, { recursive: true }), catch: (e) => fail(dir, `cannot create (${reason(e)})`, e) })
+    yield* Effect.try({
+      try: () => checkWeights(parameterShapes(contents.config), contents.weights),
+      catch: (e) => fail(path.join(dir, WEIGHTS_FILE), `not written: ${reason(e)}`, e)
+    })
+    const tensors: Record<string, TensorEntry> = {}
+    const shapes = parameterShapes(contents.config)
+    for (const [name, shape] of Object.entries(shapes)) tensors[name] = { dtype: "F32", shape, data: contents.weights[name]! }
+    yield* write(path.join(dir, WEIGHTS_FILE), encodeSafetensors(tensors, { format: "pt", version: String(contents.config.version) }))
+    yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
+    yield* saveChatTemplate(dir, contents.chatTemplate).pipe(
+      Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
+    )
+    yield* write(path.join(dir, GENERATION_CONFIG_FILE), JSON.stringify(Schema.encodeSync(GenerationConfig)(contents.generationConfig), null, 2) + "\n")
+    yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(encodeConfig(contents.config), null, 2) + "\n")
+  })
+
+/** Saves a live model (its current weights and version) with its tokenizer and template. */
+export const saveModel = (
+  dir: string,
+  model: Transformer,
+  tokenizer: Tokenizer,
+  options: { readonly chatTemplate?: ChatTemplate; readonly generationConfig?: GenerationConfig } = {}
+): Effect.Effect<void, CheckpointError> =>
+  saveModelDir(dir, {
+    config: model.config.withVersion(model.version),
+    weights: model.readWeights(),
+    tokenizer,
+    chatTemplate: options.chatTemplate ?? ChatTemplate.default(),
+    generationConfig: options.generationConfig ?? GenerationConfig.forTokenizer(tokenizer)
+  })
+
+/** Loads a model directory into a live model (the tfjs backend must be initialised). */
+export const loadModel = (dir: string): Effect.Effect<Omit<ModelDir, "weights"> & { readonly model: Transformer }, CheckpointError> =>
+  loadModelDir(dir).pipe(
+    Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) }))
+  )
+
+/** Writes `optimizer.safetensors` (AdamW moments and step). */
+export const saveOptimizerState = (dir: string, state: OptimizerState, version: number): Effect.Effect<void, CheckpointError> => {
+  const tensors: Record<string, TensorEntry> = {}
+  for (const [name, data] of Object.entries(state.tensors)) tensors[name] = { dtype: "F32", shape: [data.length], data }
+  return Effect.tryPromise({ try: () => fs.mkdir(dir, { recursive: true }), catch: (e) => fail(dir, `cannot create (${reason(e)})`, e) }).pipe(
+    Effect.zipRight(write(path.join(dir, OPTIMIZER_FILE), encodeSafetensors(tensors, { step: String(state.step), version: String(version) })))
+  )
+}
+
+/** Reads `optimizer.safetensors`, or `undefined` when the directory has none. */
+export const loadOptimizerState = (dir: string): Effect.Effect<(OptimizerState & { readonly version: number }) | undefined, CheckpointError> => {
+  const file = path.join(dir, OPTIMIZER_FILE)
+  return Effect.tryPromise({ try: () => fs.readFile(file), catch: (e) => e }).pipe(
+    Effect.matchEffect({
+      onFailure: (e) =>
+        (e as NodeJS.ErrnoException)?.code === "ENOENT" ? Effect.succeed(undefined) : Effect.fail(fail(file, `cannot read (${reason(e)})`, e)),
+      onSuccess: (bytes) =>
+        Effect.try({
+          try: () => {
+            const { tensors, metadata } = decodeSafetensors(bytes)
+            const step = Number(metadata["step"])
+            if (!Number.isSafeInteger(step) || step < 0) throw new Error(`missing or invalid step in the metadata`)
+            const out: Record<string, Float32Array> = {}
+            for (const [name, t] of tensors) {
+              if (t.dtype !== "F32") throw new Error(`tensor ${name} is ${t.dtype}, expected F32`)
+              out[name] = t.data as Float32Array
+            }
+            return { step, version: Number(metadata["version"] ?? 0), tensors: out }
+          },
+          catch: (e) => fail(file, reason(e), e)
+        })
+    })
+  )
+}

@@ -1,0 +1,120 @@
+/**
+ * What the engine needs from a model: a KV cache per sequence and one batched forward call over
+ * chunks of new tokens, returning the logits of each chunk's last token. Two implementations:
+ * `FastDecoder` (model/fastDecode.ts, the default) and `TfDecoder`, the tfjs reference
+ * (`Transformer.decode`, one sequence at a time), kept to measure against and to test with.
+ */
+import * as tf from "@tensorflow/tfjs"
+import type { ModelConfig } from "../model/config.js"
+import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
+import type { TfKvCache, Transformer } from "../model/transformer.js"
+
+export interface DecoderCache {
+  /** Tokens held. */
+  readonly length: number
+}
+
+export interface Decoder<C extends DecoderCache = DecoderCache> {
+  readonly config: ModelConfig
+  /** The policy version of the weights in use. */
+  readonly version: number
+  newCache(capacity: number): C
+  /** Drops a cache's contents (it may be reused by `newCache`). */
+  releaseCache(cache: C): void
+  /** Appends each chunk's ids to its cache; logits of each chunk's last id, [chunks, vocab]. */
+  forward(chunks: ReadonlyArray<{ readonly cache: C; readonly ids: Int32Array }>): Float32Array
+  /** Takes the current weights of `model` as version `version`. */
+  setWeights(model: Transformer, version: number): void
+  dispose(): void
+}
+
+/** The engine's decoder: typed-array decode path over a weight snapshot, with pooled caches. */
+export class FastEngineDecoder implements Decoder<KvCache> {
+  private weights: DecodeWeights
+  private readonly decoder: FastDecoder
+  private readonly free: Array<KvCache> = []
+
+  constructor(model: Transformer, version = model.version) {
+    this.weights = DecodeWeights.fromModel(model, { version })
+    this.decoder = new FastDecoder(this.weights)
+  }
+
+  get config(): ModelConfig {
+    return this.weights.config
+  }
+
+  get version(): number {
+    return this.weights.version
+  }
+
+  newCache(capacity: number): KvCache {
+    const i = this.free.findIndex((c) => c.capacity >= capacity)
+    if (i >= 0) return this.free.splice(i, 1)[0]!
+    return this.decoder.newCache(capacity)
+  }
+
+  releaseCache(cache: KvCache): void {
+    cache.length = 0
+    if (this.free.length < 64) this.free.push(cache)
+  }
+
+  forward(chunks: ReadonlyArray<{ readonly cache: KvCache; readonly ids: Int32Array }>): Float32Array {
+    return this.decoder.forward(chunks, "last")
+  }
+
+  setWeights(model: Transformer, version: number): void {
+    const old = this.weights
+    this.weights = DecodeWeights.fromModel(model, { version })
+    this.decoder.setWeights(this.weights)
+    old.dispose()
+  }
+
+  dispose(): void {
+    this.weights.dispose()
+    this.free.length = 0
+  }
+}
+
+/** The tfjs reference decoder: `Transformer.decode`, chunk by chunk (no batching). */
+export class TfDecoder implements Decoder<TfKvCache> {
+  constructor(
+    private model: Transformer,
+    private currentVersion = model.version
+  ) {}
+
+  get config(): ModelConfig {
+    return this.model.config
+  }
+
+  get version(): number {
+    return this.currentVersion
+  }
+
+  newCache(): TfKvCache {
+    return this.model.newCache()
+  }
+
+  releaseCache(cache: TfKvCache): void {
+    this.model.disposeCache(cache)
+  }
+
+  forward(chunks: ReadonlyArray<{ readonly cache: TfKvCache; readonly ids: Int32Array }>): Float32Array {
+    const V = this.model.config.vocabSize
+    const out = new Float32Array(chunks.length * V)
+    chunks.forEach((ch, i) => {
+      const logits = this.model.decode(ch.cache, ch.ids)
+      const last = tf.tidy(() => tf.slice(logits, [ch.ids.length - 1, 0], [1, V]))
+      out.set(last.dataSync() as Float32Array, i * V)
+      tf.dispose([logits, last])
+    })
+    return out
+  }
+
+  /** The reference reads the live variables: training changes what it decodes with. */
+  setWeights(model: Transformer, version: number): void {
+    this.model = model
+    this.currentVersion = version
+  }
+
+  dispose(): void {}
+}

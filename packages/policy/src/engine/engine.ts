@@ -1,0 +1,198 @@
+/**
+ * The generation engine as an Effect service: the `Scheduler` stepped on a scoped fiber that
+ * yields to the event loop between steps (so requests, cancellations and pauses get in at every
+ * token boundary), with each request's tokens streamed as `GenerateChunk`s.
+ *
+ * It runs wherever the device is (the Trainer's worker thread); the Gateway talks to it by
+ * message. Interrupting a `generate` stream cancels the request and frees its slot at once.
+ *
+ *   pause("interrupt")   holds live sequences at a token boundary; resolves with their state
+ *   pause("drain")       stops admitting; resolves when no sequence is live
+ *   setWeights(v, model) takes the model's current weights as version v; held or running
+ *                        sequences recompute their KV cache under them before their next token
+ *   resume               continues held sequences and admission
+ *
+ * Both pauses resolve when the device is free: no step runs until `resume`.
+ */
+import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
+import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream } from "effect"
+import type { Transformer } from "../model/transformer.js"
+import type { Tokenizer } from "../tokenizer/Tokenizer.js"
+import { type Decoder, FastEngineDecoder, TfDecoder } from "./decoder.js"
+import { EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
+
+export interface EngineOptions {
+  readonly model: Transformer
+  /** For stop strings; its `stopIds` are the default stop ids. */
+  readonly tokenizer?: Tokenizer
+  /** Ids that end a generation (default: the tokenizer's stop ids). */
+  readonly stopIds?: ReadonlyArray<number>
+  /** Policy version of the model's current weights (default `model.version`). */
+  readonly version?: number
+  readonly maxBatch?: number
+  readonly prefillBudget?: number
+  /** "fast" (default): typed-array decode path; "tfjs": the reference, unbatched. */
+  readonly decoder?: "fast" | "tfjs"
+}
+
+export interface GenerationEngine {
+  /** Streams the sampled tokens; the last chunk has a finish reason. Interrupting it cancels. */
+  readonly generate: (request: GenerateRequest) => Stream.Stream<GenerateChunk, EngineError>
+  readonly cancel: (requestId: string) => Effect.Effect<boolean>
+  readonly pause: (mode: PauseMode) => Effect.Effect<ReadonlyArray<SequenceState>>
+  readonly interrupt: Effect.Effect<ReadonlyArray<SequenceState>>
+  readonly drain: Effect.Effect<void>
+  readonly resume: Effect.Effect<void>
+  readonly setWeights: (version: number, model: Transformer) => Effect.Effect<void>
+  readonly stats: Effect.Effect<SchedulerStats>
+}
+
+/** Lets the event loop run (I/O, timers, other fibers) before the next step. */
+const yieldToEventLoop = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
+export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const version = options.version ?? options.model.version
+    const decoder: Decoder = options.decoder === "tfjs" ? new TfDecoder(options.model, version) : new FastEngineDecoder(options.model, version)
+    const scheduler = new Scheduler({
+      decoder,
+      ...(options.tokenizer !== undefined ? { tokenizer: options.tokenizer } : {}),
+      stopIds: options.stopIds ?? options.tokenizer?.stopIds ?? [],
+      ...(options.maxBatch !== undefined ? { maxBatch: options.maxBatch } : {}),
+      ...(options.prefillBudget !== undefined ? { prefillBudget: options.prefillBudget } : {})
+    })
+    const kick = yield* Queue.sliding<void>(1)
+    let idleWaiters: Array<Deferred.Deferred<void>> = []
+    const wake = () => Queue.unsafeOffer(kick, undefined)
+    const notifyIdle = Effect.suspend(() => {
+      if (!scheduler.idle || idleWaiters.length === 0) return Effect.void
+      const waiters = idleWaiters
+      idleWaiters = []
+      return Effect.forEach(waiters, (d) => Deferred.succeed(d, undefined), { discard: true })
+    })
+
+    // Runs last (after the loop fiber below is interrupted): end every request, free the weights.
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        scheduler.closeAll("interrupted")
+        decoder.dispose()
+      })
+    )
+    yield* Effect.gen(function* () {
+      while (true) {
+        yield* notifyIdle
+        if (!scheduler.hasWork) {
+          yield* Queue.take(kick)
+          continue
+        }
+        scheduler.step()
+        yield* yieldToEventLoop
+      }
+    }).pipe(Effect.forkScoped)
+
+    const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, EngineError> =>
+      Stream.async<GenerateChunk, EngineError>((emit) => {
+        let open = true
+        try {
+          scheduler.submit(request.requestId, request.promptIds, request.params, {
+            chunk: (c) => {
+              if (!open) return
+              void emit.single(c)
+              if (c.finishReason !== undefined) {
+                open = false
+                void emit.end()
+              }
+            },
+            fail: (e) => {
+              if (!open) return
+              open = false
+              void emit.fail(e)
+            }
+          })
+        } catch (e) {
+          open = false
+          void emit.fail(e instanceof EngineError ? e : new EngineError({ requestId: request.requestId, message: String(e), cause: e }))
+          return
+        }
+        wake()
+        // The consumer went away (or the stream ended): free the slot at once.
+        return Effect.sync(() => {
+          if (open) {
+            open = false
+            scheduler.cancel(request.requestId)
+          }
+        })
+      }, "unbounded")
+
+    const drain = Effect.gen(function* () {
+      scheduler.drain()
+      if (scheduler.idle) return
+      const done = yield* Deferred.make<void>()
+      idleWaiters.push(done)
+      wake()
+      yield* Deferred.await(done)
+    })
+    const interrupt = Effect.sync(() => scheduler.interrupt())
+
+    return {
+      generate,
+      cancel: (requestId) => Effect.sync(() => scheduler.cancel(requestId)),
+      pause: (mode) => (mode === "interrupt" ? interrupt : Effect.as(drain, [])),
+      interrupt,
+      drain,
+      resume: Effect.sync(() => {
+        scheduler.resume()
+        wake()
+      }),
+      setWeights: (v, model) =>
+        Effect.sync(() => {
+          scheduler.setWeights(model, v)
+          wake()
+        }),
+      stats: Effect.sync(() => scheduler.stats())
+    } satisfies GenerationEngine
+  })
+
+export class Engine extends Context.Tag("@reins/policy/Engine")<Engine, GenerationEngine>() {
+  static readonly layer = (options: EngineOptions): Layer.Layer<Engine> => Layer.scoped(Engine, makeEngine(options))
+}
+
+/** A whole generation, collected. */
+export interface Generation {
+  readonly outputIds: Int32Array
+  readonly logprobs: Float32Array
+  readonly versions: Int32Array
+  readonly topIds: Int32Array | undefined
+  readonly topLogprobs: Float32Array | undefined
+  readonly finishReason: GenerateChunk["finishReason"]
+  readonly matchedStop: string | undefined
+}
+
+/** Concatenates the chunks of one generation. */
+export const collectChunks = (chunks: Iterable<GenerateChunk>): Generation => {
+  const list = [...chunks]
+  const cat = <A extends Int32Array | Float32Array>(parts: Array<A | undefined>, make: (n: number) => A): A => {
+    const out = make(parts.reduce((n, p) => n + (p?.length ?? 0), 0))
+    let o = 0
+    for (const p of parts) if (p !== undefined) (out.set(p, o), (o += p.length))
+    return out
+  }
+  const last = list[list.length - 1]
+  const withTop = list.some((c) => c.topIds !== undefined)
+  return {
+    outputIds: cat(list.map((c) => c.outputIds), (n) => new Int32Array(n)),
+    logprobs: cat(list.map((c) => c.logprobs), (n) => new Float32Array(n)),
+    versions: cat(list.map((c) => c.versions), (n) => new Int32Array(n)),
+    topIds: withTop ? cat(list.map((c) => c.topIds), (n) => new Int32Array(n)) : undefined,
+    topLogprobs: withTop ? cat(list.map((c) => c.topLogprobs), (n) => new Float32Array(n)) : undefined,
+    finishReason: last?.finishReason,
+    matchedStop: last?.matchedStop
+  }
+}
+
+/** Runs a request to the end and collects it. */
+export const generateAll = (engine: GenerationEngine, request: GenerateRequest): Effect.Effect<Generation, EngineError> =>
+  Stream.runCollect(engine.generate(request)).pipe(Effect.map((chunks) => collectChunks(Chunk.toReadonlyArray(chunks))))

@@ -1,0 +1,316 @@
+/**
+ * Continuous batching, as a synchronous state machine driven one step at a time (engine.ts runs
+ * the steps on a fiber and turns the output into streams).
+ *
+ * A step: admit waiting requests (FIFO, up to `maxBatch` live sequences; not while draining or
+ * interrupted), then one forward call over every live sequence — a new prompt (or the part of it
+ * that fits the step's `prefillBudget`) or the last sampled token — then sample one token for
+ * every sequence whose input is fully consumed, emit it, and retire finished sequences.
+ * Requests join and leave at step boundaries; since every row of the batch is computed
+ * independently, a request gets the same tokens whether it runs alone or beside others.
+ *
+ * Pauses: `interrupt()` holds all live sequences at a token boundary and hands back their state;
+ * `resume()` continues them. After `setWeights` every sequence's KV cache is stale: it is
+ * recomputed (prompt + tokens so far) under the new weights before its next token, which then
+ * carries the new version — the caller sees one uninterrupted stream. `drain()` stops admitting
+ * and reports when no sequence is live.
+ */
+import { GenerateChunk, type FinishReason, type SamplingParams } from "@reins/protocol"
+import { Data } from "effect"
+import type { Transformer } from "../model/transformer.js"
+import { randomSeed, Rng } from "../random.js"
+import type { Tokenizer } from "../tokenizer/Tokenizer.js"
+import type { Decoder, DecoderCache } from "./decoder.js"
+import { Sampler } from "./sampler.js"
+import { StopMatcher } from "./stops.js"
+
+/** A request the engine cannot run (bad prompt, duplicate id, ...) or a failed forward pass. */
+export class EngineError extends Data.TaggedError("EngineError")<{
+  readonly requestId: string
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+export interface Sink {
+  /** A chunk of output; the last one has a `finishReason`. */
+  chunk(c: GenerateChunk): void
+  fail(e: EngineError): void
+}
+
+/** A live sequence's state, as handed back by `interrupt()`. */
+export interface SequenceState {
+  readonly requestId: string
+  readonly promptIds: Int32Array
+  readonly outputIds: Int32Array
+  readonly versions: Int32Array
+}
+
+export interface SchedulerOptions<C extends DecoderCache> {
+  readonly decoder: Decoder<C>
+  /** Needed for stop strings. */
+  readonly tokenizer?: Tokenizer
+  /** Ids that end a generation (EOS, end of turn). */
+  readonly stopIds: ReadonlyArray<number>
+  /** Live sequences at most (default 32). */
+  readonly maxBatch?: number
+  /** Prompt tokens run per step at most, so decoding keeps flowing beside long prompts (default 512). */
+  readonly prefillBudget?: number
+}
+
+interface Sequence<C> {
+  readonly id: string
+  readonly prompt: Int32Array
+  readonly params: SamplingParams
+  readonly sink: Sink
+  readonly rng: Rng
+  readonly stops: StopMatcher
+  /** Tokens the sequence may still produce: min(max_tokens, context − prompt). */
+  readonly budget: number
+  readonly output: Array<number>
+  readonly versions: Array<number>
+  cache: C | undefined
+  cacheVersion: number
+  /** Tokens to run through the model before the next sample. */
+  pending: Int32Array
+}
+
+export interface SchedulerStats {
+  readonly running: number
+  readonly waiting: number
+  readonly held: number
+  readonly steps: number
+  readonly generatedTokens: number
+  readonly prefillTokens: number
+  readonly version: number
+}
+
+export class Scheduler<C extends DecoderCache = DecoderCache> {
+  private readonly decoder: Decoder<C>
+  private readonly tokenizer: Tokenizer | undefined
+  private readonly stopIds: ReadonlySet<number>
+  private readonly maxBatch: number
+  private readonly prefillBudget: number
+  private readonly sampler = new Sampler()
+  private readonly waiting: Array<Sequence<C>> = []
+  private running: Array<Sequence<C>> = []
+  private held: Array<Sequence<C>> = []
+  private interrupted = false
+  private draining = false
+  private steps = 0
+  private generatedTokens = 0
+  private prefillTokens = 0
+
+  constructor(options: SchedulerOptions<C>) {
+    this.decoder = options.decoder
+    this.tokenizer = options.tokenizer
+    this.stopIds = new Set(options.stopIds)
+    this.maxBatch = options.maxBatch ?? 32
+    this.prefillBudget = options.prefillBudget ?? 512
+  }
+
+  get version(): number {
+    return this.decoder.version
+  }
+
+  /** True when a step would do something. */
+  get hasWork(): boolean {
+    return !this.interrupted && (this.running.length > 0 || (!this.draining && this.waiting.length > 0))
+  }
+
+  /** True when no sequence is being decoded (waiting and held ones may exist). */
+  get idle(): boolean {
+    return this.running.length === 0 && (this.draining || this.interrupted || this.waiting.length === 0)
+  }
+
+  stats(): SchedulerStats {
+    return {
+      running: this.running.length,
+      waiting: this.waiting.length,
+      held: this.held.length,
+      steps: this.steps,
+      generatedTokens: this.generatedTokens,
+      prefillTokens: this.prefillTokens,
+      version: this.decoder.version
+    }
+  }
+
+  /** Queues a request. Throws `EngineError` if it cannot run. */
+  submit(requestId: string, promptIds: Int32Array, params: SamplingParams, sink: Sink): void {
+    const fail = (message: string) => new EngineError({ requestId, message })
+    const c = this.decoder.config
+    if (this.find(requestId) !== undefined) throw fail(`request ${requestId} is already running`)
+    if (promptIds.length === 0) throw fail("the prompt is empty")
+    if (promptIds.length >= c.contextLength) {
+      throw fail(`the prompt has ${promptIds.length} tokens; the context holds ${c.contextLength}, leaving no room to generate`)
+    }
+    for (const id of promptIds) if (!(id >= 0 && id < c.vocabSize)) throw fail(`prompt token id ${id} is outside the vocabulary of ${c.vocabSize}`)
+    let stops: StopMatcher
+    try {
+      stops = new StopMatcher(this.tokenizer, this.stopIds, params.stop)
+    } catch (e) {
+      throw fail(e instanceof Error ? e.message : String(e))
+    }
+    this.waiting.push({
+      id: requestId,
+      prompt: promptIds,
+      params,
+      sink,
+      rng: new Rng(params.seed ?? randomSeed()),
+      stops,
+      budget: Math.min(params.maxTokens, c.contextLength - promptIds.length),
+      output: [],
+      versions: [],
+      cache: undefined,
+      cacheVersion: -1,
+      pending: promptIds
+    })
+  }
+
+  /** Ends a request at once and frees its slot (a final "cancelled" chunk is emitted). */
+  cancel(requestId: string): boolean {
+    for (const list of [this.waiting, this.running, this.held]) {
+      const i = list.findIndex((s) => s.id === requestId)
+      if (i < 0) continue
+      const [seq] = list.splice(i, 1)
+      this.retire(seq!)
+      seq!.sink.chunk(emptyChunk("cancelled"))
+      return true
+    }
+    return false
+  }
+
+  /** Holds every live sequence at the current token boundary; returns their state. */
+  interrupt(): ReadonlyArray<SequenceState> {
+    this.interrupted = true
+    this.held = [...this.held, ...this.running]
+    this.running = []
+    return this.held.map((s) => ({
+      requestId: s.id,
+      promptIds: s.prompt,
+      outputIds: Int32Array.from(s.output),
+      versions: Int32Array.from(s.versions)
+    }))
+  }
+
+  /** Stops admitting new requests; running ones continue (see `idle`). */
+  drain(): void {
+    this.draining = true
+  }
+
+  /** Ends a pause: held sequences continue first, then admission resumes. */
+  resume(): void {
+    this.interrupted = false
+    this.draining = false
+    this.running = [...this.held, ...this.running]
+    this.held = []
+  }
+
+  /** New weights: every cache is recomputed under them before its sequence's next token. */
+  setWeights(model: Transformer, version: number): void {
+    this.decoder.setWeights(model, version)
+  }
+
+  /** Ends every request with `reason` (engine shutdown). */
+  closeAll(reason: FinishReason): void {
+    for (const seq of [...this.waiting, ...this.running, ...this.held]) {
+      this.retire(seq)
+      seq.sink.chunk(emptyChunk(reason))
+    }
+    this.waiting.length = 0
+    this.running = []
+    this.held = []
+  }
+
+  /** Runs one step. Returns false when there was nothing to do. */
+  step(): boolean {
+    if (!this.hasWork) return false
+    this.admit()
+    const chunks: Array<{ seq: Sequence<C>; cache: C; ids: Int32Array }> = []
+    let budget = this.prefillBudget
+    for (const seq of this.running) {
+      if (seq.cacheVersion !== this.decoder.version) this.recompute(seq)
+      const prefill = seq.pending.length > 1
+      if (prefill && budget <= 0) continue
+      const take = prefill ? Math.min(seq.pending.length, budget) : 1
+      if (prefill) budget -= take
+      chunks.push({ seq, cache: seq.cache!, ids: seq.pending.subarray(0, take) })
+    }
+    if (chunks.length === 0) return false
+    this.steps++
+    let logits: Float32Array
+    try {
+      logits = this.decoder.forward(chunks)
+    } catch (e) {
+      for (const { seq } of chunks) this.abort(seq, new EngineError({ requestId: seq.id, message: `forward pass failed: ${String(e)}`, cause: e }))
+      return true
+    }
+    const V = this.decoder.config.vocabSize
+    chunks.forEach(({ seq, ids }, i) => {
+      if (ids.length > 1) this.prefillTokens += ids.length
+      seq.pending = seq.pending.subarray(ids.length)
+      if (seq.pending.length === 0) this.emit(seq, logits.subarray(i * V, (i + 1) * V))
+    })
+    return true
+  }
+
+  private find(requestId: string): Sequence<C> | undefined {
+    return [...this.waiting, ...this.running, ...this.held].find((s) => s.id === requestId)
+  }
+
+  private admit(): void {
+    while (!this.draining && this.waiting.length > 0 && this.running.length < this.maxBatch) this.running.push(this.waiting.shift()!)
+  }
+
+  /** (Re)builds a sequence's cache from scratch under the current weights. */
+  private recompute(seq: Sequence<C>): void {
+    if (seq.cache !== undefined) this.decoder.releaseCache(seq.cache)
+    seq.cache = this.decoder.newCache(seq.prompt.length + seq.budget)
+    seq.cacheVersion = this.decoder.version
+    const all = new Int32Array(seq.prompt.length + seq.output.length)
+    all.set(seq.prompt)
+    all.set(seq.output, seq.prompt.length)
+    seq.pending = all
+  }
+
+  /** Samples the next token of `seq`, emits it, and retires the sequence if it is done. */
+  private emit(seq: Sequence<C>, logits: Float32Array): void {
+    const p = seq.params
+    const s = this.sampler.sample(logits, { temperature: p.temperature, topP: p.topP, topK: p.topK, topLogprobs: p.topLogprobs }, seq.rng)
+    const version = this.decoder.version
+    seq.output.push(s.id)
+    seq.versions.push(version)
+    this.generatedTokens++
+    const stop = seq.stops.push(s.id)
+    const finish: FinishReason | undefined = stop !== undefined ? "stop" : seq.output.length >= seq.budget ? "length" : undefined
+    seq.sink.chunk(
+      new GenerateChunk({
+        outputIds: Int32Array.of(s.id),
+        logprobs: Float32Array.of(s.logprob),
+        versions: Int32Array.of(version),
+        ...(s.topIds !== undefined ? { topIds: s.topIds, topLogprobs: s.topLogprobs! } : {}),
+        ...(finish !== undefined ? { finishReason: finish } : {}),
+        ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
+      })
+    )
+    if (finish !== undefined) {
+      this.running = this.running.filter((r) => r !== seq)
+      this.retire(seq)
+    } else {
+      seq.pending = Int32Array.of(s.id)
+    }
+  }
+
+  private abort(seq: Sequence<C>, error: EngineError): void {
+    this.running = this.running.filter((r) => r !== seq)
+    this.retire(seq)
+    seq.sink.fail(error)
+  }
+
+  private retire(seq: Sequence<C>): void {
+    if (seq.cache !== undefined) this.decoder.releaseCache(seq.cache)
+    seq.cache = undefined
+  }
+}
+
+const emptyChunk = (finishReason: FinishReason): GenerateChunk =>
+  new GenerateChunk({ outputIds: new Int32Array(0), logprobs: new Float32Array(0), versions: new Int32Array(0), finishReason })

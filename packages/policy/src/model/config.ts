@@ -1,0 +1,143 @@
+/**
+ * The model's hyper-parameters, as stored in `config.json` of a model directory (snake_case keys,
+ * Hugging-Face style, so the file reads like the ones people know).
+ *
+ * Architecture choices (all decoder-only, pre-norm, no biases in linear layers):
+ *   norm        "rmsnorm" (default; scale only) or "layernorm" (scale and shift)
+ *   positions   "rope" (default; rotary, half-split pairs, base `rope_theta`) or "learned" (a table
+ *               of `context_length` position embeddings added to the token embeddings)
+ *   mlp         "gelu" (default; W2·gelu(W1·x), with the sigmoid approximation
+ *               gelu(x) ≈ x·σ(1.702x): XNNPACK has a fast sigmoid and no fast tanh/erf) or
+ *               "swiglu" (W2·(silu(W1·x) ⊙ W3·x))
+ *   tie_word_embeddings   the output head reuses the token embedding table (default true)
+ * `version` is the policy version of the weights (bumped by every training update).
+ */
+import { Schema } from "effect"
+
+const PositiveInt = Schema.Int.pipe(Schema.positive())
+
+export const NormKind = Schema.Literal("rmsnorm", "layernorm")
+export const PositionKind = Schema.Literal("rope", "learned")
+export const MlpKind = Schema.Literal("gelu", "swiglu")
+
+const field = <A, I>(schema: Schema.Schema<A, I>, key: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(key))
+const withDefault = <A, I>(schema: Schema.Schema<A, I>, key: string, value: NoInfer<A>) =>
+  Schema.optionalWith(schema, { default: () => value }).pipe(Schema.fromKey(key))
+
+export class ModelConfig extends Schema.Class<ModelConfig>("ModelConfig")(
+  {
+    vocabSize: field(PositiveInt, "vocab_size"),
+    dModel: field(PositiveInt, "d_model"),
+    nLayers: field(PositiveInt, "n_layers"),
+    nHeads: field(PositiveInt, "n_heads"),
+    dFf: field(PositiveInt, "d_ff"),
+    contextLength: field(PositiveInt, "context_length"),
+    positions: withDefault(PositionKind, "positions", "rope"),
+    norm: withDefault(NormKind, "norm", "rmsnorm"),
+    mlp: withDefault(MlpKind, "mlp", "gelu"),
+    tieEmbeddings: withDefault(Schema.Boolean, "tie_word_embeddings", true),
+    ropeTheta: withDefault(Schema.Number.pipe(Schema.positive()), "rope_theta", 10000),
+    normEps: withDefault(Schema.Number.pipe(Schema.positive()), "norm_eps", 1e-5),
+    version: withDefault(Schema.Int.pipe(Schema.nonNegative()), "version", 0)
+  },
+  { identifier: "ModelConfig" }
+) {
+  get headDim(): number {
+    return this.dModel / this.nHeads
+  }
+
+  /** A copy with a different policy version. */
+  withVersion(version: number): ModelConfig {
+    return new ModelConfig({ ...this, version })
+  }
+}
+
+/** The JSON object written as `config.json`. */
+export const encodeConfig = (config: ModelConfig): Record<string, unknown> => ({
+  model_type: "reins-gpt",
+  ...(Schema.encodeSync(ModelConfig)(config) as Record<string, unknown>)
+})
+
+/** Decodes `config.json` contents; throws a `ParseError` describing what is wrong. */
+export const decodeConfig = (json: unknown): ModelConfig => {
+  const { model_type: _ignored, ...rest } = (json ?? {}) as Record<string, unknown>
+  const config = Schema.decodeUnknownSync(ModelConfig, { onExcessProperty: "error" })(rest)
+  return validate(config)
+}
+
+/** Checks what the schema cannot express; throws an Error naming the problem. */
+export const validate = (c: ModelConfig): ModelConfig => {
+  if (c.dModel % c.nHeads !== 0) throw new Error(`d_model ${c.dModel} is not divisible by n_heads ${c.nHeads}`)
+  if (c.positions === "rope" && c.headDim % 2 !== 0) throw new Error(`rope needs an even head dimension (d_model / n_heads = ${c.headDim})`)
+  return c
+}
+
+/** Builds a validated config from camelCase fields (defaults for the optional ones). */
+export const makeConfig = (fields: {
+  readonly vocabSize: number
+  readonly dModel: number
+  readonly nLayers: number
+  readonly nHeads: number
+  readonly dFf?: number
+  readonly contextLength: number
+  readonly positions?: typeof PositionKind.Type
+  readonly norm?: typeof NormKind.Type
+  readonly mlp?: typeof MlpKind.Type
+  readonly tieEmbeddings?: boolean
+  readonly ropeTheta?: number
+  readonly normEps?: number
+  readonly version?: number
+}): ModelConfig =>
+  validate(
+    new ModelConfig({
+      positions: "rope",
+      norm: "rmsnorm",
+      mlp: "gelu",
+      tieEmbeddings: true,
+      ropeTheta: 10000,
+      normEps: 1e-5,
+      version: 0,
+      ...fields,
+      dFf: fields.dFf ?? 4 * fields.dModel
+    })
+  )
+
+/** Shapes of every parameter, by its name in `model.safetensors`. Matrices are [in, out]. */
+export const parameterShapes = (c: ModelConfig): Record<string, ReadonlyArray<number>> => {
+  const d = c.dModel
+  const shapes: Record<string, ReadonlyArray<number>> = { "tok_embeddings.weight": [c.vocabSize, d] }
+  if (c.positions === "learned") shapes["pos_embeddings.weight"] = [c.contextLength, d]
+  const norm = (name: string) => {
+    shapes[`${name}.weight`] = [d]
+    if (c.norm === "layernorm") shapes[`${name}.bias`] = [d]
+  }
+  for (let l = 0; l < c.nLayers; l++) {
+    const p = `layers.${l}`
+    norm(`${p}.attn_norm`)
+    for (const w of ["wq", "wk", "wv", "wo"]) shapes[`${p}.attn.${w}`] = [d, d]
+    norm(`${p}.mlp_norm`)
+    shapes[`${p}.mlp.w1`] = [d, c.dFf]
+    if (c.mlp === "swiglu") shapes[`${p}.mlp.w3`] = [d, c.dFf]
+    shapes[`${p}.mlp.w2`] = [c.dFf, d]
+  }
+  norm("norm")
+  if (!c.tieEmbeddings) shapes["lm_head.weight"] = [d, c.vocabSize]
+  return shapes
+}
+
+/** Number of parameters. */
+export const parameterCount = (c: ModelConfig): number =>
+  Object.values(parameterShapes(c)).reduce((n, s) => n + s.reduce((a, b) => a * b, 1), 0)
+
+/**
+ * Matmul FLOPs of one forward pass over `tokens` tokens laid out in rows of `seqLen`
+ * (2 per multiply-add; attention counted over the full T×T square, as computed). A training
+ * step (forward + backward) costs 3× this.
+ */
+export const forwardFlops = (c: ModelConfig, tokens: number, seqLen: number): number => {
+  const d = c.dModel
+  // The one-hot embedding product is not counted: it is a lookup, not model arithmetic.
+  const perToken = c.nLayers * (4 * d * d + (c.mlp === "swiglu" ? 3 : 2) * d * c.dFf) + d * c.vocabSize /* head */
+  const attention = c.nLayers * 2 * seqLen * d // QKᵀ and P·V per token
+  return 2 * tokens * (perToken + attention)
+}

@@ -1,0 +1,370 @@
+/**
+ * The decode path the generation engine runs: the transformer's forward pass over plain
+ * Float32Arrays, with a KV cache per sequence. For a small model tfjs's per-op overhead (tens of
+ * ops per layer, each ~10 µs plus allocation) costs more than the arithmetic, so here norms,
+ * rotary embedding, attention over the cache, activations and residuals are JavaScript loops
+ * over reused buffers, and only the dense products go through one `Gemm` call each:
+ *
+ *   "tfjs"  a rank-2 tfjs matmul against weight tensors kept on the device (on wasm: XNNPACK
+ *           SIMD, with its packed weights cached per tensor; ~15x faster than a JS loop)
+ *   "js"    a JavaScript dot-product loop over transposed weights (used on the cpu backend)
+ *
+ * The weights are a snapshot (`DecodeWeights.fromModel`) taken after each update, so training
+ * can change the variables while the engine keeps decoding with the version it announced.
+ * `Transformer.decode` is the tfjs reference this is tested against (logits within 1e-4).
+ *
+ * A forward call takes any number of chunks — a new prompt (prefill) or the last sampled token
+ * of a running sequence (decode) — and runs them as one batch: rows of every chunk share each
+ * dense product, attention is per row over its own cache.
+ */
+import * as tf from "@tensorflow/tfjs"
+import type { ModelConfig } from "./config.js"
+import { isWasm, Scratch, upload, view } from "./heap.js"
+import { type RopeTable, ropeTable } from "./ops.js"
+import type { Transformer } from "./transformer.js"
+
+export type GemmKind = "tfjs" | "js"
+
+/** A dense [in, out] matrix in the form its Gemm wants. */
+interface Matrix {
+  readonly rows: number // in
+  readonly cols: number // out
+  readonly tensor?: tf.Tensor2D // "tfjs": [in, out] on the device
+  readonly transposed?: Float32Array // "js": [out, in]
+}
+
+interface LayerWeights {
+  readonly attnNorm: Float32Array
+  readonly attnNormBias: Float32Array | undefined
+  readonly qkv: Matrix // [d, 3d]
+  readonly wo: Matrix
+  readonly mlpNorm: Float32Array
+  readonly mlpNormBias: Float32Array | undefined
+  readonly w1: Matrix // [d, ff], or [d, 2ff] = [W1 | W3] for swiglu
+  readonly w2: Matrix
+}
+
+/** A snapshot of a model's weights in the layout the fast decoder reads. */
+export class DecodeWeights {
+  private constructor(
+    readonly config: ModelConfig,
+    readonly version: number,
+    readonly gemm: GemmKind,
+    readonly embeddings: Float32Array,
+    readonly positionEmbeddings: Float32Array | undefined,
+    readonly layers: ReadonlyArray<LayerWeights>,
+    readonly finalNorm: Float32Array,
+    readonly finalNormBias: Float32Array | undefined,
+    readonly head: Matrix
+  ) {}
+
+  /** Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). */
+  static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
+    const c = model.config
+    const gemm = options.gemm ?? (tf.getBackend() === "cpu" ? "js" : "tfjs")
+    const values = (name: string) => new Float32Array(model.param(name).dataSync() as Float32Array)
+    const optional = (name: string) => (model.params.has(name) ? values(name) : undefined)
+    const matrix = (t: tf.Tensor2D): Matrix => {
+      const [rows, cols] = t.shape
+      if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) }
+      return { rows, cols, transposed: new Float32Array(tf.tidy(() => tf.transpose(t)).dataSync() as Float32Array) }
+    }
+    const p = (name: string) => model.param(name) as tf.Tensor2D
+    const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
+      const n = (s: string) => `layers.${l}.${s}`
+      const qkv = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
+      const w1 = c.mlp === "swiglu" ? tf.concat([p(n("mlp.w1")), p(n("mlp.w3"))], 1) : p(n("mlp.w1"))
+      const layer: LayerWeights = {
+        attnNorm: values(n("attn_norm.weight")),
+        attnNormBias: optional(n("attn_norm.bias")),
+        qkv: matrix(qkv),
+        wo: matrix(p(n("attn.wo"))),
+        mlpNorm: values(n("mlp_norm.weight")),
+        mlpNormBias: optional(n("mlp_norm.bias")),
+        w1: matrix(w1),
+        w2: matrix(p(n("mlp.w2")))
+      }
+      qkv.dispose()
+      if (w1 !== p(n("mlp.w1"))) w1.dispose()
+      return layer
+    })
+    const headT = c.tieEmbeddings ? tf.transpose(p("tok_embeddings.weight")) : p("lm_head.weight")
+    const head = matrix(headT)
+    if (c.tieEmbeddings) headT.dispose()
+    return new DecodeWeights(
+      c,
+      options.version ?? model.version,
+      gemm,
+      values("tok_embeddings.weight"),
+      optional("pos_embeddings.weight"),
+      layers,
+      values("norm.weight"),
+      optional("norm.bias"),
+      head
+    )
+  }
+
+  /** Releases the device copies of the matrices. */
+  dispose(): void {
+    for (const l of this.layers) for (const m of [l.qkv, l.wo, l.w1, l.w2]) m.tensor?.dispose()
+    this.head.tensor?.dispose()
+  }
+}
+
+/** Keys (rotated) and values of one sequence: [capacity, d] per layer. */
+export class KvCache {
+  length = 0
+  readonly keys: Array<Float32Array>
+  readonly values: Array<Float32Array>
+
+  constructor(
+    readonly capacity: number,
+    layers: number,
+    d: number
+  ) {
+    this.keys = Array.from({ length: layers }, () => new Float32Array(capacity * d))
+    this.values = Array.from({ length: layers }, () => new Float32Array(capacity * d))
+  }
+}
+
+/** The next tokens of one sequence: its cache and the ids to append. */
+export interface Chunk {
+  readonly cache: KvCache
+  readonly ids: Int32Array
+}
+
+export class FastDecoder {
+  private readonly scratch = new Scratch()
+  private readonly rope: RopeTable | undefined
+
+  constructor(private weights: DecodeWeights) {
+    const c = weights.config
+    this.rope = c.positions === "rope" ? ropeTable(c.contextLength, c.headDim, c.ropeTheta) : undefined
+  }
+
+  get config(): ModelConfig {
+    return this.weights.config
+  }
+
+  get version(): number {
+    return this.weights.version
+  }
+
+  /** Switches to new weights (the caller disposes the old ones when nothing uses them). */
+  setWeights(weights: DecodeWeights): void {
+    this.weights = weights
+  }
+
+  newCache(capacity = this.config.contextLength): KvCache {
+    return new KvCache(Math.min(capacity, this.config.contextLength), this.config.nLayers, this.config.dModel)
+  }
+
+  /**
+   * Appends every chunk's ids to its cache and returns logits, row-major [rows, vocab]: one row
+   * per chunk (its last token) with `logits: "last"`, or one per id with `"all"`.
+   */
+  forward(chunks: ReadonlyArray<Chunk>, logits: "last" | "all" = "last"): Float32Array {
+    const c = this.config
+    const w = this.weights
+    const d = c.dModel
+    let R = 0
+    for (const ch of chunks) {
+      if (ch.ids.length === 0) throw new Error("empty chunk")
+      if (ch.cache.length + ch.ids.length > ch.cache.capacity) {
+        throw new Error(`sequence of ${ch.cache.length + ch.ids.length} tokens exceeds its cache of ${ch.cache.capacity}`)
+      }
+      R += ch.ids.length
+    }
+    // Embeddings.
+    const x = this.scratch.get("x", R * d)
+    let r = 0
+    for (const ch of chunks) {
+      for (let i = 0; i < ch.ids.length; i++, r++) {
+        const id = ch.ids[i]!
+        if (id < 0 || id >= c.vocabSize) throw new Error(`token id ${id} is outside the vocabulary of ${c.vocabSize}`)
+        x.set(w.embeddings.subarray(id * d, id * d + d), r * d)
+        if (w.positionEmbeddings !== undefined) {
+          const p = (ch.cache.length + i) * d
+          for (let j = 0; j < d; j++) x[r * d + j]! += w.positionEmbeddings[p + j]!
+        }
+      }
+    }
+    const h = this.scratch.get("h", R * d)
+    for (let l = 0; l < c.nLayers; l++) {
+      const layer = w.layers[l]!
+      this.norm(x, h, R, layer.attnNorm, layer.attnNormBias)
+      const qkv = this.gemm(h, R, layer.qkv, "qkv")
+      const att = this.attend(qkv, chunks, l)
+      this.addInto(x, this.gemm(att, R, layer.wo, "o"))
+      this.norm(x, h, R, layer.mlpNorm, layer.mlpNormBias)
+      const u = this.gemm(h, R, layer.w1, "u")
+      this.addInto(x, this.gemm(this.activate(u, R), R, layer.w2, "m"))
+    }
+    for (const ch of chunks) ch.cache.length += ch.ids.length
+    // Head over the rows whose logits are wanted.
+    const rows = logits === "all" ? R : chunks.length
+    const sel = this.scratch.get("sel", rows * d)
+    if (logits === "all") sel.set(x.subarray(0, R * d))
+    else {
+      let end = 0
+      chunks.forEach((ch, i) => {
+        end += ch.ids.length
+        sel.set(x.subarray((end - 1) * d, end * d), i * d)
+      })
+    }
+    const hs = this.scratch.get("hs", rows * d)
+    this.norm(sel, hs, rows, w.finalNorm, w.finalNormBias)
+    return this.gemm(hs, rows, w.head, "logits").slice()
+  }
+
+  /** RMSNorm or LayerNorm of every row of x [R, d] into out. */
+  private norm(x: Float32Array, out: Float32Array, R: number, weight: Float32Array, bias: Float32Array | undefined): void {
+    const d = this.config.dModel
+    const eps = this.config.normEps
+    for (let r = 0; r < R; r++) {
+      const o = r * d
+      let mean = 0
+      if (bias !== undefined) {
+        for (let j = 0; j < d; j++) mean += x[o + j]!
+        mean /= d
+      }
+      let sq = 0
+      for (let j = 0; j < d; j++) {
+        const v = x[o + j]! - mean
+        sq += v * v
+      }
+      const inv = 1 / Math.sqrt(sq / d + eps)
+      for (let j = 0; j < d; j++) out[o + j] = (x[o + j]! - mean) * inv * weight[j]! + (bias === undefined ? 0 : bias[j]!)
+    }
+  }
+
+  private addInto(x: Float32Array, y: Float32Array): void {
+    for (let i = 0; i < y.length; i++) x[i]! += y[i]!
+  }
+
+  /** GELU (sigmoid form) or SwiGLU of u [R, ff] or [R, 2ff] → [R, ff]. */
+  private activate(u: Float32Array, R: number): Float32Array {
+    const ff = this.config.dFf
+    const out = this.scratch.get("act", R * ff)
+    if (this.config.mlp === "gelu") {
+      for (let i = 0; i < R * ff; i++) {
+        const v = u[i]!
+        out[i] = v / (1 + Math.exp(-1.702 * v))
+      }
+    } else {
+      for (let r = 0; r < R; r++) {
+        for (let j = 0; j < ff; j++) {
+          const a = u[r * 2 * ff + j]!
+          out[r * ff + j] = (a / (1 + Math.exp(-a))) * u[r * 2 * ff + ff + j]!
+        }
+      }
+    }
+    return out
+  }
+
+  /**
+   * Rotates and stores every row's key and value in its cache, then attends each row's query to
+   * its cache up to its own position. qkv is [R, 3d] = [q | k | v].
+   */
+  private attend(qkv: Float32Array, chunks: ReadonlyArray<Chunk>, l: number): Float32Array {
+    const c = this.config
+    const d = c.dModel
+    const H = c.nHeads
+    const hd = c.headDim
+    const scale = 1 / Math.sqrt(hd)
+    let R = 0
+    for (const ch of chunks) R += ch.ids.length
+    const out = this.scratch.get("att", R * d)
+    const q = this.scratch.get("q", d)
+    const scores = this.scratch.get("scores", c.contextLength)
+    let r = 0
+    for (const ch of chunks) {
+      const keys = ch.cache.keys[l]!
+      const values = ch.cache.values[l]!
+      // Store this chunk's keys and values first: each row attends to the ones before it.
+      for (let i = 0; i < ch.ids.length; i++) {
+        const pos = ch.cache.length + i
+        const src = (r + i) * 3 * d
+        keys.set(qkv.subarray(src + d, src + 2 * d), pos * d)
+        values.set(qkv.subarray(src + 2 * d, src + 3 * d), pos * d)
+        if (this.rope !== undefined) rotate(keys, pos * d, pos, H, this.rope)
+      }
+      for (let i = 0; i < ch.ids.length; i++, r++) {
+        const pos = ch.cache.length + i
+        q.set(qkv.subarray(r * 3 * d, r * 3 * d + d))
+        if (this.rope !== undefined) rotate(q, 0, pos, H, this.rope)
+        for (let h = 0; h < H; h++) {
+          const ho = h * hd
+          let max = -Infinity
+          for (let j = 0; j <= pos; j++) {
+            const ko = j * d + ho
+            let s = 0
+            for (let t = 0; t < hd; t++) s += q[ho + t]! * keys[ko + t]!
+            s *= scale
+            scores[j] = s
+            if (s > max) max = s
+          }
+          let sum = 0
+          for (let j = 0; j <= pos; j++) {
+            const e = Math.exp(scores[j]! - max)
+            scores[j] = e
+            sum += e
+          }
+          const o = r * d + ho
+          for (let t = 0; t < hd; t++) out[o + t] = 0
+          for (let j = 0; j <= pos; j++) {
+            const p = scores[j]! / sum
+            const vo = j * d + ho
+            for (let t = 0; t < hd; t++) out[o + t]! += p * values[vo + t]!
+          }
+        }
+      }
+    }
+    return out
+  }
+
+  /** x [R, in] · m [in, out] → a scratch buffer [R, out] (valid until the next call with `name`). */
+  private gemm(x: Float32Array, R: number, m: Matrix, name: string): Float32Array {
+    const out = this.scratch.get(`gemm-${name}`, R * m.cols)
+    if (m.tensor !== undefined) {
+      const tx = upload<tf.Rank.R2>(x.subarray(0, R * m.rows), [R, m.rows])
+      const ty = tf.matMul(tx, m.tensor)
+      out.set(view(ty))
+      tf.dispose([tx, ty])
+      return out
+    }
+    const wt = m.transposed!
+    const K = m.rows
+    const N = m.cols
+    for (let i = 0; i < R; i++) {
+      const xo = i * K
+      for (let j = 0; j < N; j++) {
+        const wo = j * K
+        let s = 0
+        for (let k = 0; k < K; k++) s += x[xo + k]! * wt[wo + k]!
+        out[i * N + j] = s
+      }
+    }
+    return out
+  }
+}
+
+/** Rotary embedding of one row (all heads) of `a` starting at `offset`, at position `pos`. */
+const rotate = (a: Float32Array, offset: number, pos: number, heads: number, table: RopeTable): void => {
+  const half = table.half
+  const t = pos * half
+  for (let h = 0; h < heads; h++) {
+    const o = offset + h * 2 * half
+    for (let i = 0; i < half; i++) {
+      const c = table.cos[t + i]!
+      const s = table.sin[t + i]!
+      const x1 = a[o + i]!
+      const x2 = a[o + half + i]!
+      a[o + i] = x1 * c - x2 * s
+      a[o + half + i] = x2 * c + x1 * s
+    }
+  }
+}
+
+/** True when the fast decoder's tfjs gemm runs on XNNPACK (the wasm backend). */
+export const usesXnnpack = (): boolean => isWasm()

@@ -1,0 +1,131 @@
+/**
+ * One optimizer step over a batch of micro-batches: forward + backward per micro-batch with the
+ * gradients summed across them (the losses are already weighted sums, see losses.ts), then one
+ * AdamW update with global-norm clipping. Returns what a training loop wants to log.
+ */
+import * as tf from "@tensorflow/tfjs"
+import type { Transformer } from "../model/transformer.js"
+import { type LossOutput, type Objective, pgStats, type PgStats, policyGradientLoss, sftLoss } from "./losses.js"
+import { type MicroBatch, packSequences, type PackOptions, type TrainingSequence, unpack } from "./microbatch.js"
+import type { AdamW, UpdateStats } from "./optimizer.js"
+
+export interface StepStats extends UpdateStats {
+  /** Σ over micro-batches of the (weighted) loss. */
+  readonly loss: number
+  /** Trained tokens (weight ≠ 0) and all slots run (incl. padding). */
+  readonly tokens: number
+  readonly slots: number
+  readonly microBatches: number
+  /** Mean entropy of π over trained tokens. */
+  readonly entropy: number
+  /** PG diagnostics, for the "pg" objective (token-weighted over micro-batches). */
+  readonly pg: PgStats | undefined
+  readonly seconds: number
+}
+
+interface MicroResult {
+  readonly loss: number
+  readonly grads: Map<string, tf.Tensor>
+  readonly entropySum: number
+  readonly pg: PgStats | undefined
+}
+
+/** Loss and gradients of one micro-batch (gradients by parameter name; the caller disposes them). */
+export const microBatchGradients = (model: Transformer, batch: MicroBatch, objective: Objective): MicroResult => {
+  const names = new Map(model.variables().map((v) => [v.name, v] as const))
+  let entropySum = 0
+  let pg: PgStats | undefined
+  const { value, grads } = tf.variableGrads(() => {
+    const logits = model.forward(batch, { training: true })
+    const out: LossOutput = objective.kind === "sft" ? sftLoss(logits, batch) : policyGradientLoss(logits, batch, objective)
+    for (let i = 0; i < out.entropy.length; i++) if (batch.weights[i] !== 0) entropySum += out.entropy[i]!
+    if (objective.kind === "pg") pg = pgStats(batch, out.logprobs.dataSync() as Float32Array, out.oldLogprobs!, objective)
+    return out.loss
+  }, model.variables())
+  const loss = value.dataSync()[0]!
+  value.dispose()
+  const byName = new Map<string, tf.Tensor>()
+  for (const [name, param] of model.params) {
+    const g = grads[param.name]
+    if (g === undefined) throw new Error(`no gradient for ${name}`)
+    byName.set(name, g)
+  }
+  for (const [varName, g] of Object.entries(grads)) if (!names.has(varName)) g.dispose()
+  return { loss, grads: byName, entropySum, pg }
+}
+
+const mergePg = (parts: ReadonlyArray<PgStats>): PgStats | undefined => {
+  if (parts.length === 0) return undefined
+  const tokens = parts.reduce((n, p) => n + p.tokens, 0)
+  const avg = (f: (p: PgStats) => number) => (tokens === 0 ? 0 : parts.reduce((s, p) => s + f(p) * p.tokens, 0) / tokens)
+  return {
+    tokens,
+    clipFraction: avg((p) => p.clipFraction),
+    dualClipFraction: avg((p) => p.dualClipFraction),
+    meanRatio: avg((p) => p.meanRatio),
+    meanImportanceWeight: avg((p) => p.meanImportanceWeight),
+    truncatedFraction: avg((p) => p.truncatedFraction),
+    approxKl: avg((p) => p.approxKl)
+  }
+}
+
+/** Accumulates gradients over `batches` and applies one optimizer update. */
+export const trainStep = (model: Transformer, optimizer: AdamW, batches: ReadonlyArray<MicroBatch>, objective: Objective): StepStats => {
+  if (batches.length === 0) throw new Error("trainStep needs at least one micro-batch")
+  const started = performance.now()
+  let acc: Map<string, tf.Tensor> | undefined
+  let loss = 0
+  let entropySum = 0
+  let tokens = 0
+  let slots = 0
+  const pgParts: Array<PgStats> = []
+  try {
+    for (const batch of batches) {
+      const r = microBatchGradients(model, batch, objective)
+      loss += r.loss
+      entropySum += r.entropySum
+      tokens += batch.trainedTokens
+      slots += batch.rows * batch.seqLen
+      if (r.pg !== undefined) pgParts.push(r.pg)
+      if (acc === undefined) acc = r.grads
+      else {
+        for (const [name, g] of r.grads) {
+          const sum = tf.add(acc.get(name)!, g)
+          acc.get(name)!.dispose()
+          g.dispose()
+          acc.set(name, sum)
+        }
+      }
+    }
+    const update = optimizer.apply(acc!)
+    return {
+      ...update,
+      loss,
+      tokens,
+      slots,
+      microBatches: batches.length,
+      entropy: tokens === 0 ? 0 : entropySum / tokens,
+      pg: mergePg(pgParts),
+      seconds: (performance.now() - started) / 1000
+    }
+  } finally {
+    if (acc !== undefined) for (const g of acc.values()) g.dispose()
+  }
+}
+
+/**
+ * log π(tokens[i] | tokens[..i)) under the model's current weights for every sequence, aligned
+ * with its tokens (index 0 is NaN). Used for π_old before several optimizer steps, and in tests.
+ */
+export const scoreSequences = (model: Transformer, sequences: ReadonlyArray<TrainingSequence>, options: PackOptions): Array<Float32Array> => {
+  const out: Array<Float32Array | undefined> = sequences.map(() => undefined)
+  for (const batch of packSequences(sequences, options)) {
+    const values = tf.tidy(() => {
+      const logits = model.forward(batch)
+      return sftLoss(logits, batch).logprobs
+    })
+    unpack(batch, values.dataSync() as Float32Array, out, sequences)
+    values.dispose()
+  }
+  return out.map((o, i) => o ?? Float32Array.from({ length: sequences[i]!.tokens.length }, () => NaN))
+}

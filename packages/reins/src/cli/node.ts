@@ -1,0 +1,155 @@
+/**
+ * `reins node --roles LIST --listen HOST:PORT [--join ws://HOST:PORT] [--data DIR] [--secret-file F]`:
+ * runs one node of a reins cluster until SIGINT/SIGTERM, then shuts down gracefully (peers are
+ * told, actors finalize). A node's roles decide which actors it starts (`roleActors`).
+ */
+import { Command, Options } from "@effect/cli"
+import { ActorSystem, Node, NodeStartError, Probe } from "@reins/runtime"
+import { Console, Effect, Layer, Option } from "effect"
+
+export interface Role {
+  readonly description: string
+  /** The actors a node with this role runs. */
+  readonly actors: Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>
+}
+
+/**
+ * Role → the actors it starts. Gateway, trainer and rollout are placeholders for now (probe
+ * actors that answer a ping); the issues that build those actors replace their entries here.
+ */
+export const roleActors: Record<string, Role> = {
+  gateway: { description: "placeholder actor `gateway` (answers Ping; the real Gateway is not built yet)", actors: Probe.layer("gateway") },
+  trainer: { description: "placeholder actor `trainer` (answers Ping; the real Trainer is not built yet)", actors: Probe.layer("trainer") },
+  rollout: {
+    description: "placeholder actor `rollout/<node id>` (answers Ping; the real Rollout Controller is not built yet)",
+    actors: Probe.layer("rollout", { perNode: true })
+  }
+}
+
+export const DEFAULT_LISTEN = "127.0.0.1:7400"
+export const DEFAULT_DATA = ".reins/node"
+
+export interface NodeArgs {
+  readonly roles: ReadonlyArray<string>
+  readonly listen: string
+  readonly join: ReadonlyArray<string>
+  readonly data: string
+  readonly secretFile: Option.Option<string>
+  readonly downAfter: number
+  readonly maxFrameBytes: number
+  readonly id: Option.Option<string>
+  readonly advertise: Option.Option<string>
+}
+
+const fail = (detail: string) => Effect.fail(new NodeStartError({ detail }))
+
+/** Prints a failure as one line and exits 1 (no stack trace for a bad flag or a busy port). */
+export const failWith = (command: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchAll(effect, (error) =>
+    Effect.zipRight(
+      Console.error(`${command}: ${error instanceof Error ? error.message : String(error)}`),
+      Effect.sync(() => void (process.exitCode = 1))
+    ))
+
+/** `HOST:PORT`, `:PORT` or `PORT`; IPv6 as `[::1]:PORT`. */
+export const parseListen = (listen: string): Effect.Effect<{ host: string; port: number }, NodeStartError> => {
+  const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(listen) ?? /^()()(\d+)$/.exec(listen)
+  const port = match ? Number(match[3]) : NaN
+  if (!match || !Number.isInteger(port) || port < 0 || port > 65535) {
+    return fail(`--listen ${listen}: expected HOST:PORT (port 0 picks a free one)`)
+  }
+  return Effect.succeed({ host: match[1] || match[2] || "127.0.0.1", port })
+}
+
+export const parseRoles = (roles: string): Effect.Effect<ReadonlyArray<string>, NodeStartError> => {
+  const list = [...new Set(roles.split(",").map((r) => r.trim()).filter((r) => r !== ""))]
+  const unknown = list.filter((r) => !(r in roleActors))
+  return unknown.length > 0
+    ? fail(`unknown role${unknown.length > 1 ? "s" : ""} ${unknown.join(", ")}; known roles: ${Object.keys(roleActors).join(", ")}`)
+    : Effect.succeed(list)
+}
+
+/** Runs a node until interrupted (SIGINT/SIGTERM under `NodeRuntime.runMain`). */
+export const runNode = (args: NodeArgs) =>
+  Effect.gen(function*() {
+    const { host, port } = yield* parseListen(args.listen)
+    if (!(args.downAfter > 0)) return yield* fail("--down-after must be a positive number of seconds")
+    const actors = args.roles.reduce<Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>>(
+      (layer, role) => Layer.merge(layer, roleActors[role]!.actors),
+      Layer.empty
+    )
+    const config: Node.NodeConfig = {
+      host,
+      port,
+      join: args.join,
+      roles: args.roles,
+      dataDir: args.data,
+      downAfter: `${args.downAfter} seconds`,
+      maxFrameBytes: args.maxFrameBytes,
+      ...(Option.isSome(args.secretFile) ? { secretFile: args.secretFile.value } : {}),
+      ...(Option.isSome(args.id) ? { id: args.id.value } : {}),
+      ...(Option.isSome(args.advertise) ? { advertise: args.advertise.value } : {})
+    }
+    return yield* Effect.gen(function*() {
+      const node = yield* Node.CurrentNode
+      const system = yield* ActorSystem
+      const actorNames = system.localActors().filter((a) => !a.system).map((a) => a.name)
+      const secretFlag = node.secret.path ? ` --secret-file ${node.secret.path}` : ""
+      yield* Console.log(
+        [
+          `reins node ${node.id} listening on ${node.address}`,
+          `  roles: ${node.roles.join(", ") || "none"}; actors: ${actorNames.join(", ") || "none"}`,
+          `  ${Node.secretHint(node)}`,
+          `  join it:  npx reins node --roles ROLES --listen HOST:PORT --join ${node.address}${secretFlag} --data OTHER_DIR`,
+          `  inspect:  npx reins status --join ${node.address}${secretFlag}`,
+          `  stop: Ctrl-C (SIGINT) or SIGTERM`
+        ].join("\n")
+      )
+      return yield* Effect.never
+    }).pipe(Effect.provide(Node.layer(config, actors)))
+  })
+
+const roleHelp = Object.entries(roleActors).map(([name, role]) => `${name}: ${role.description}`).join("; ")
+
+const roles = Options.text("roles").pipe(
+  Options.withDefault(""),
+  Options.withDescription(`Comma-separated roles; each starts its actors. ${roleHelp}.`)
+)
+const listen = Options.text("listen").pipe(
+  Options.withDefault(DEFAULT_LISTEN),
+  Options.withDescription("HOST:PORT to listen on (one port for all peers; port 0 picks a free one).")
+)
+const join = Options.text("join").pipe(
+  Options.repeated,
+  Options.withDescription("ws://HOST:PORT of any member to join through (repeat for fallbacks).")
+)
+const data = Options.directory("data").pipe(
+  Options.withDefault(DEFAULT_DATA),
+  Options.withDescription("Data directory: node id, lock, generated cluster secret. One per node.")
+)
+const secretFile = Options.file("secret-file", { exists: "yes" }).pipe(
+  Options.optional,
+  Options.withDescription(
+    "File holding the cluster secret. Default: $REINS_CLUSTER_SECRET, else DATA/cluster-secret (generated on first start)."
+  )
+)
+const downAfter = Options.float("down-after").pipe(
+  Options.withDefault(4),
+  Options.withDescription("Seconds of silence after which a member is marked down (heartbeats every ≤1 s).")
+)
+const maxFrameBytes = Options.integer("max-frame-bytes").pipe(
+  Options.withDefault(64 * 1024 * 1024),
+  Options.withDescription("Largest message accepted; a bigger one closes that connection.")
+)
+const id = Options.text("id").pipe(Options.optional, Options.withDescription("Node id (default: stored in DATA/node-id)."))
+const advertise = Options.text("advertise").pipe(
+  Options.optional,
+  Options.withDescription("ws://HOST:PORT other nodes use to reach this one (default: from --listen).")
+)
+
+export const node = Command.make(
+  "node",
+  { roles, listen, join, data, secretFile, downAfter, maxFrameBytes, id, advertise },
+  (args) =>
+    Effect.flatMap(parseRoles(args.roles), (list) => runNode({ ...args, roles: list })).pipe(failWith("reins node"))
+).pipe(Command.withDescription("Run a node of a reins cluster (until SIGINT/SIGTERM)."))

@@ -1,0 +1,116 @@
+/**
+ * `reins serve [--model DIR] [--http HOST:PORT] [--data DIR] [--upstream URL]`: the Gateway
+ * alone, without training. It serves the policy in DIR (or the project's small default policy,
+ * created fresh on first use) — or, with `--upstream`, proxies to an external OpenAI-compatible
+ * server — and records every call under the data directory. Runs until SIGINT/SIGTERM.
+ */
+import { Command, Options } from "@effect/cli"
+import { HttpServer } from "@effect/platform"
+import { Gateway } from "@reins/gateway"
+import { Console, Duration, Effect, Layer, Option } from "effect"
+import path from "node:path"
+import { failWith, parseListen } from "./node.js"
+
+const model = Options.directory("model").pipe(
+  Options.optional,
+  Options.withDescription("Model directory to serve (tokenizer.json, chat_template.jinja, weights). Default: the project's small default policy, created fresh if it does not exist yet.")
+)
+const http = Options.text("http").pipe(
+  Options.withDefault("127.0.0.1:8000"),
+  Options.withDescription("HOST:PORT to listen on (port 0 picks a free one). The OpenAI API is under /v1.")
+)
+const data = Options.directory("data").pipe(
+  Options.withDefault(".reins"),
+  Options.withDescription("Data directory: the store (reins.db) and the generated admin token (admin-token, mode 0600).")
+)
+const upstream = Options.text("upstream").pipe(
+  Options.optional,
+  Options.withDescription("Proxy to this OpenAI-compatible server (e.g. http://127.0.0.1:8001/v1) instead of serving a policy.")
+)
+const upstreamKey = Options.text("upstream-key").pipe(
+  Options.optional,
+  Options.withDescription("API key for the upstream (default: $REINS_UPSTREAM_API_KEY).")
+)
+const upstreamTokenIds = Options.boolean("upstream-token-ids").pipe(
+  Options.withDescription("Ask the upstream for token ids and logprobs (vLLM's return_token_ids) so proxied calls are trainable.")
+)
+const publicUrl = Options.text("public-url").pipe(
+  Options.optional,
+  Options.withDescription("The /v1 URL harnesses should use (handed out by POST /api/rollouts). Default: from the request's Host header.")
+)
+const maxHold = Options.integer("max-hold").pipe(
+  Options.withDefault(600),
+  Options.withDescription("Seconds a call may be held by a pause before it gets 503 + Retry-After.")
+)
+const alias = Options.text("model-alias").pipe(
+  Options.repeated,
+  Options.withDescription("Another model name to accept for the served model (repeatable).")
+)
+
+/** The policy backend: the model in `dir`, or the default small policy under the data directory. */
+const servedPolicy = (_dir: string | undefined, _data: string) =>
+  Effect.fail(new Error("serving a policy needs the policy engine, which is not in this build yet; use --upstream URL"))
+
+export interface ServeArgs {
+  readonly model: Option.Option<string>
+  readonly http: string
+  readonly data: string
+  readonly upstream: Option.Option<string>
+  readonly upstreamKey: Option.Option<string>
+  readonly upstreamTokenIds: boolean
+  readonly publicUrl: Option.Option<string>
+  readonly maxHold: number
+  readonly alias: ReadonlyArray<string>
+}
+
+const backendOf = (args: ServeArgs) =>
+  Option.match(args.upstream, {
+    onSome: (url) =>
+      Effect.succeed({
+        description: `upstream ${url}`,
+        layer: Gateway.upstreamBackend({
+          url,
+          apiKey: Option.getOrUndefined(args.upstreamKey) ?? process.env.REINS_UPSTREAM_API_KEY,
+          tokenIds: args.upstreamTokenIds
+        }) as Layer.Layer<Gateway.GatewayBackend, unknown>
+      }),
+    onNone: () => servedPolicy(Option.getOrUndefined(args.model), args.data)
+  })
+
+export const runServe = (args: ServeArgs) =>
+  Effect.gen(function* () {
+    const { host, port } = yield* parseListen(args.http)
+    if (Option.isSome(args.upstream) && Option.isSome(args.model)) {
+      return yield* Effect.fail(new Error("--model and --upstream exclude each other: serve a policy or proxy to a server"))
+    }
+    if (!(args.maxHold > 0)) return yield* Effect.fail(new Error("--max-hold must be a positive number of seconds"))
+    const backend = yield* backendOf(args)
+    const dataDir = path.resolve(args.data)
+    const gateway = Gateway.layer({
+      dataDir,
+      maxHold: Duration.seconds(args.maxHold),
+      publicUrl: Option.getOrUndefined(args.publicUrl),
+      modelAliases: args.alias
+    })
+    const app = Gateway.serve({ host, port }).pipe(Layer.provideMerge(gateway), Layer.provide(backend.layer))
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        const context = yield* Layer.build(app)
+        const server = yield* Effect.provide(HttpServer.HttpServer, context)
+        const g = yield* Effect.provide(Gateway.Gateway, context)
+        const address = server.address._tag === "TcpAddress" ? `http://${server.address.hostname}:${server.address.port}` : server.address.path
+        const state = yield* g.state
+        yield* Console.log(`reins serve: listening on ${address}/v1 (model ${state.modelId}, version ${state.version}; ${backend.description})`)
+        yield* Console.log(
+          `reins serve: data in ${dataDir}; admin token ${process.env.REINS_ADMIN_TOKEN ? "from REINS_ADMIN_TOKEN" : `in ${path.join(dataDir, "admin-token")}`}`
+        )
+        return yield* Effect.never
+      })
+    )
+  })
+
+export const serve = Command.make(
+  "serve",
+  { model, http, data, upstream, upstreamKey, upstreamTokenIds, publicUrl, maxHold, alias },
+  (args) => runServe(args).pipe(failWith("reins serve"))
+).pipe(Command.withDescription("Run the Gateway alone (no training): an OpenAI-compatible server that records every call."))

@@ -1,0 +1,41 @@
+/**
+ * `reins status --join ws://HOST:PORT [--json]`: the members of a cluster as the node at that
+ * address sees them (id, address, roles, up/down, actors). Connects as a client with the cluster
+ * secret and asks the node's system actor.
+ */
+import { Command, Options } from "@effect/cli"
+import { Cluster, type ClusterStatus, Secret } from "@reins/runtime"
+import { Console, Effect, Logger, LogLevel, Option } from "effect"
+import { DEFAULT_DATA, failWith } from "./node.js"
+
+const table = (status: ClusterStatus): string => {
+  const rows = [["ID", "STATUS", "ADDRESS", "ROLES", "ACTORS"]].concat(
+    status.nodes.map((n) => [n.id, n.status, n.address, n.roles.join(",") || "-", n.actors.join(",") || "-"])
+  )
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+  return rows.map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n")
+}
+
+const join = Options.text("join").pipe(Options.withDescription("ws://HOST:PORT of any member."))
+const json = Options.boolean("json").pipe(Options.withDescription('Print {"nodes":[{"id","address","roles","status","actors"}]} as JSON.'))
+const secretFile = Options.file("secret-file", { exists: "yes" }).pipe(
+  Options.optional,
+  Options.withDescription("File holding the cluster secret. Default: $REINS_CLUSTER_SECRET, else DATA/cluster-secret.")
+)
+const data = Options.directory("data").pipe(
+  Options.withDefault(DEFAULT_DATA),
+  Options.withDescription("Data directory of a local node whose cluster-secret to use.")
+)
+const timeout = Options.float("timeout").pipe(Options.withDefault(10), Options.withDescription("Seconds to wait for an answer."))
+
+export const status = Command.make("status", { join, json, secretFile, data, timeout }, (args) =>
+  Effect.gen(function*() {
+    const { secret } = yield* Secret.load({ secretFile: Option.getOrUndefined(args.secretFile), dataDir: args.data, generate: false })
+    const result = yield* Cluster.status({ join: args.join, secret }).pipe(
+      Effect.timeoutFail({ duration: `${args.timeout} seconds`, onTimeout: () => new Error(`no answer from ${args.join} within ${args.timeout} s`) })
+    )
+    yield* Console.log(args.json ? JSON.stringify(result) : table(result))
+  }).pipe(
+    failWith("reins status"),
+    Logger.withMinimumLogLevel(LogLevel.Error)
+  )).pipe(Command.withDescription("Show the members of a cluster: id, address, roles, up/down, actors."))

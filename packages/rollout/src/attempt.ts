@@ -1,0 +1,60 @@
+/**
+ * One attempt end to end: launch, wait, verify. This is the unit the controller schedules; it
+ * turns every way an attempt can go into an `AttemptResult` (launch errors become infrastructure
+ * outcomes), so the controller only decides what to do next (record, retry, push the event).
+ */
+import { AttemptResult, type AttemptOutcome, type VerifierError, type VerifierReward } from "@reins/protocol"
+import { Effect, type Scope } from "effect"
+import type { AttemptHandle, AttemptSpec, Launcher } from "./launcher/Launcher.js"
+import { outcomeOfLaunchError } from "./launcher/Launcher.js"
+import { runVerifier } from "./verifier.js"
+
+export interface RunAttemptOptions {
+  /** Called once the harness is running (the Gateway can mark the attempt `running`). */
+  readonly onStarted?: (handle: AttemptHandle) => Effect.Effect<void>
+  readonly baseEnv?: Readonly<Record<string, string | undefined>>
+}
+
+/** Runs the spec's verifier for harnesses that ran to an end; null when none applies. */
+export const verifyOutcome = (
+  spec: AttemptSpec,
+  handle: Pick<AttemptHandle, "files">,
+  outcome: AttemptOutcome,
+  options: { readonly kind: Launcher["kind"]; readonly baseEnv?: Readonly<Record<string, string | undefined>> | undefined }
+): Effect.Effect<VerifierReward | VerifierError | null> => {
+  const verifier = spec.harness.verifier
+  if (verifier === undefined || (outcome._tag !== "Succeeded" && outcome._tag !== "Failed")) return Effect.succeed(null)
+  return runVerifier({
+    verifier,
+    identity: spec,
+    task: spec.task,
+    taskExtra: spec.taskExtra,
+    files: handle.files,
+    outcome,
+    // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
+    defaultCwd: options.kind === "local" ? spec.harness.cwd : undefined,
+    baseEnv: options.baseEnv
+  }).pipe(Effect.merge)
+}
+
+/**
+ * Launches the attempt on `launcher`, awaits it and runs the verifier. Interrupting the fiber
+ * (or closing the surrounding scope) stops the attempt; `handle.cancel` from `onStarted` gives a
+ * `Cancelled` outcome instead.
+ */
+export const runAttempt = (
+  launcher: Launcher,
+  spec: AttemptSpec,
+  options: RunAttemptOptions = {}
+): Effect.Effect<AttemptResult, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const startedAt = Date.now()
+    const result = (outcome: AttemptOutcome, verifier: VerifierReward | VerifierError | null) =>
+      new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
+    const launched = yield* Effect.either(launcher.launch(spec))
+    if (launched._tag === "Left") return result(outcomeOfLaunchError(launched.left), null)
+    const handle = launched.right
+    if (options.onStarted !== undefined) yield* options.onStarted(handle)
+    const outcome = yield* handle.outcome
+    return result(outcome, yield* verifyOutcome(spec, handle, outcome, { kind: launcher.kind, baseEnv: options.baseEnv }))
+  })

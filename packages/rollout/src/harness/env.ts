@@ -1,0 +1,69 @@
+/**
+ * The environment of one attempt. The harness is the agent as deployed: it only needs an
+ * OpenAI-compatible endpoint and key, so those come as the standard `OPENAI_BASE_URL` /
+ * `OPENAI_API_KEY`; everything reins-specific is `REINS_*`.
+ *
+ * Order of precedence (last wins): the node's environment (local launcher, `inherit_env`, minus
+ * its `OPENAI_*`/`REINS_*` variables), the spec's `env`, the attempt variables. The attempt variables always win: a spec that sets
+ * `OPENAI_API_KEY` would otherwise send calls to the wrong rollout.
+ */
+import type { HarnessSpec, Task } from "@reins/protocol"
+
+/** Where the harness reaches the Gateway. `openaiBaseUrl` is the agent-facing `/v1` URL (it may differ from the admin URL). */
+export interface AttemptEndpoints {
+  readonly openaiBaseUrl: string
+  /** Default: `<openaiBaseUrl>/reward`. */
+  readonly rewardUrl?: string
+}
+
+export interface AttemptIdentity {
+  readonly rolloutId: string
+  readonly attemptId: string
+  /** The Gateway's key for this attempt: calls made with it are recorded against it. */
+  readonly attemptKey: string
+}
+
+export const rewardUrlOf = (endpoints: AttemptEndpoints): string =>
+  endpoints.rewardUrl ?? `${endpoints.openaiBaseUrl.replace(/\/+$/, "")}/reward`
+
+/** The task input as the harness sees it (`REINS_TASK`, and the content of `REINS_TASK_FILE`). */
+export const taskInputJson = (task: Task): string => JSON.stringify(task.input ?? null)
+
+/** Just the attempt variables (also what the Kubernetes launcher injects into every container). */
+export const attemptVariables = (p: {
+  readonly identity: AttemptIdentity
+  readonly task: Task
+  readonly endpoints: AttemptEndpoints
+  /** Path of the task file as the harness sees it (a local path, or a path inside the pod). */
+  readonly taskFile: string
+}): Record<string, string> => ({
+  OPENAI_BASE_URL: p.endpoints.openaiBaseUrl,
+  OPENAI_API_KEY: p.identity.attemptKey,
+  REINS_TASK: taskInputJson(p.task),
+  REINS_TASK_FILE: p.taskFile,
+  REINS_TASK_ID: p.task.id,
+  REINS_REWARD_URL: rewardUrlOf(p.endpoints),
+  REINS_ROLLOUT_ID: p.identity.rolloutId,
+  REINS_ATTEMPT_ID: p.identity.attemptId
+})
+
+/** The full environment of a local harness process. */
+export const attemptEnv = (p: {
+  readonly spec: HarnessSpec
+  readonly identity: AttemptIdentity
+  readonly task: Task
+  readonly endpoints: AttemptEndpoints
+  readonly taskFile: string
+  /** The node's environment; default `process.env`. */
+  readonly base?: Readonly<Record<string, string | undefined>>
+}): Record<string, string> => {
+  const env: Record<string, string> = {}
+  if (p.spec.inherit_env) {
+    // The node's own OPENAI_*/REINS_* settings (a developer's real key, org or project) must
+    // not leak into an attempt: they would change where or as whom the harness calls.
+    for (const [k, v] of Object.entries(p.base ?? process.env)) {
+      if (v !== undefined && !/^(OPENAI|REINS)_/.test(k)) env[k] = v
+    }
+  }
+  return Object.assign(env, p.spec.env, attemptVariables(p))
+}

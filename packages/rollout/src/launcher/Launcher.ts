@@ -1,0 +1,70 @@
+/**
+ * The contract every launcher implements (local processes, Kubernetes Jobs). The controller
+ * only ever talks to this interface: it launches an attempt, awaits its outcome, cancels it,
+ * and after a restart adopts what a previous incarnation left running.
+ *
+ * A launch is Scope-bound: closing the scope stops the attempt (kills the process group /
+ * deletes the Job) unless the launcher is configured to leave Jobs for a successor to adopt.
+ */
+import type { AttemptOutcome, HarnessSpec, LaunchError, Task } from "@reins/protocol"
+import { AttemptInfraFailed } from "@reins/protocol"
+import type { Effect, Scope } from "effect"
+import type { AttemptEndpoints, AttemptIdentity } from "../harness/env.js"
+import type { AttemptFiles } from "../harness/files.js"
+
+/** Everything needed to run one attempt. */
+export interface AttemptSpec extends AttemptIdentity {
+  readonly task: Task
+  /** Fields of the task line beyond id/input/split: the verifier sees them, the harness never. */
+  readonly taskExtra?: Readonly<Record<string, unknown>>
+  readonly harness: HarnessSpec
+  readonly endpoints: AttemptEndpoints
+}
+
+export interface AttemptHandle {
+  readonly rolloutId: string
+  readonly attemptId: string
+  /** Local files of the attempt (logs, task files), also for Kubernetes (pod logs land here). */
+  readonly files: AttemptFiles
+  /** Waits for the attempt to end. Never fails: every ending is an `AttemptOutcome`. */
+  readonly outcome: Effect.Effect<AttemptOutcome>
+  /** Stops the attempt and waits for it; the outcome is `Cancelled` unless it had already ended. */
+  readonly cancel: (reason: string) => Effect.Effect<AttemptOutcome>
+}
+
+export type LauncherKind = "local" | "kubernetes"
+
+export interface Launcher {
+  readonly kind: LauncherKind
+  /**
+   * Starts an attempt. Fails only when nothing could be started (see `outcomeOfLaunchError`);
+   * once it succeeds the harness is running (or its Job exists).
+   */
+  readonly launch: (spec: AttemptSpec) => Effect.Effect<AttemptHandle, LaunchError, Scope.Scope>
+  /**
+   * After a controller restart: takes over attempts a previous incarnation started. Kubernetes:
+   * every Job labelled by reins in the launcher's namespaces, followed again (never recreated).
+   * Local: processes cannot be re-attached; leftover process groups are killed and reported.
+   */
+  readonly adopt: Effect.Effect<ReadonlyArray<AdoptedAttempt>, LaunchError, Scope.Scope>
+}
+
+/** An attempt found after a restart: followed again (`handle`), or already gone (`outcome`). */
+export type AdoptedAttempt =
+  | { readonly _tag: "Following"; readonly handle: AttemptHandle }
+  | { readonly _tag: "Reaped"; readonly rolloutId: string | null; readonly attemptId: string; readonly outcome: AttemptOutcome }
+
+/** A launch that never started is an infrastructure failure; only a rejected spec is not worth retrying. */
+export const outcomeOfLaunchError = (e: LaunchError): AttemptInfraFailed => {
+  switch (e._tag) {
+    case "SpawnError":
+      return new AttemptInfraFailed({ reason: e.reason, retryable: true, message: e.message, durationMs: 0, logs: null })
+    case "KubernetesApiError":
+      return new AttemptInfraFailed({ reason: "api", retryable: true, message: e.message, durationMs: 0, logs: null })
+    case "JobRejectedError":
+      return new AttemptInfraFailed({ reason: "invalid-spec", retryable: false, message: e.message, durationMs: 0, logs: null })
+    case "JobNameConflictError":
+    case "LaunchConfigError":
+      return new AttemptInfraFailed({ reason: "invalid-spec", retryable: false, message: e.message, durationMs: 0, logs: null })
+  }
+}

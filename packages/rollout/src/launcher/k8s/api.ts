@@ -1,0 +1,112 @@
+/**
+ * The few Kubernetes API calls the launcher makes, as Effects over @kubernetes/client-node, with
+ * one error type and one retry rule: 429, 5xx and network errors are retried with exponential
+ * backoff and jitter (a server's Retry-After is honoured); everything else (400, 403, 404, 409,
+ * 422, ...) is returned at once for the caller to interpret.
+ */
+import { ApiException, BatchV1Api, CoreV1Api, type KubeConfig, type V1Job, type V1Pod, Watch } from "@kubernetes/client-node"
+import { Data, Duration, Effect, Option } from "effect"
+
+export class KubeRequestError extends Data.TaggedError("KubeRequestError")<{
+  readonly operation: string
+  /** HTTP status; null for network errors. */
+  readonly status: number | null
+  /** The `reason` of the API server's Status (AlreadyExists, Invalid, NotFound, ...). */
+  readonly reason: string | null
+  readonly message: string
+  readonly retryAfterMs: number | null
+}> {}
+
+export interface RetryPolicy {
+  /** Retries after the first try. */
+  readonly times: number
+  readonly baseMs: number
+  readonly maxMs: number
+}
+
+export const defaultRetry: RetryPolicy = { times: 6, baseMs: 100, maxMs: 5_000 }
+
+export const isRetryableStatus = (e: KubeRequestError) => e.status === null || e.status === 429 || e.status >= 500
+
+const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
+  if (e instanceof ApiException) {
+    const body = (typeof e.body === "string" ? safeJson(e.body) : e.body) as { reason?: string; message?: string } | undefined
+    const retryAfter = Number(e.headers?.["retry-after"])
+    return new KubeRequestError({
+      operation,
+      status: e.code,
+      reason: body?.reason ?? null,
+      message: `${operation}: HTTP ${e.code}${body?.reason ? ` ${body.reason}` : ""}: ${body?.message ?? (typeof e.body === "string" ? e.body : "no message")}`,
+      retryAfterMs: Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter * 1000 : null
+    })
+  }
+  return new KubeRequestError({ operation, status: null, reason: null, message: `${operation}: ${(e as Error)?.message ?? String(e)}`, retryAfterMs: null })
+}
+
+const safeJson = (s: string): unknown => {
+  try {
+    return JSON.parse(s)
+  } catch {
+    return undefined
+  }
+}
+
+export interface ListResult<A> {
+  readonly items: ReadonlyArray<A>
+  readonly resourceVersion: string | undefined
+}
+
+export interface KubeApi {
+  readonly createJob: (namespace: string, job: V1Job) => Effect.Effect<V1Job, KubeRequestError>
+  readonly readJob: (namespace: string, name: string) => Effect.Effect<Option.Option<V1Job>, KubeRequestError>
+  /** Background propagation: the Job goes at once, its pods are garbage-collected. 404 counts as done. */
+  readonly deleteJob: (namespace: string, name: string) => Effect.Effect<void, KubeRequestError>
+  readonly listJobs: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Job>, KubeRequestError>
+  readonly listPods: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Pod>, KubeRequestError>
+  readonly readPodLog: (namespace: string, pod: string, container: string, limitBytes: number) => Effect.Effect<string, KubeRequestError>
+  readonly watcher: Watch
+}
+
+export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry): KubeApi => {
+  const batch = kc.makeApiClient(BatchV1Api)
+  const core = kc.makeApiClient(CoreV1Api)
+
+  const call = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, KubeRequestError> => {
+    const once = Effect.tryPromise({ try: f, catch: toKubeError(operation) })
+    const loop = (attempt: number): Effect.Effect<A, KubeRequestError> =>
+      Effect.catchIf(once, (e) => isRetryableStatus(e) && attempt < retry.times, (e) => {
+        const backoff = Math.min(retry.maxMs, retry.baseMs * 2 ** attempt) * (0.5 + Math.random() / 2)
+        const delay = Math.max(backoff, Math.min(e.retryAfterMs ?? 0, 60_000))
+        return Effect.logDebug(`${e.message}; retrying in ${Math.round(delay)} ms`).pipe(
+          Effect.zipRight(Effect.sleep(Duration.millis(delay))),
+          Effect.zipRight(loop(attempt + 1))
+        )
+      })
+    return loop(0)
+  }
+
+  return {
+    createJob: (namespace, body) => call(`create Job ${body.metadata?.name}`, () => batch.createNamespacedJob({ namespace, body })),
+    readJob: (namespace, name) =>
+      call(`read Job ${name}`, () => batch.readNamespacedJob({ namespace, name })).pipe(
+        Effect.map(Option.some),
+        Effect.catchIf((e) => e.status === 404, () => Effect.succeed(Option.none()))
+      ),
+    deleteJob: (namespace, name) =>
+      call(`delete Job ${name}`, () => batch.deleteNamespacedJob({ namespace, name, propagationPolicy: "Background" })).pipe(
+        Effect.asVoid,
+        Effect.catchIf((e) => e.status === 404, () => Effect.void)
+      ),
+    listJobs: (namespace, labelSelector) =>
+      call(`list Jobs in ${namespace}`, () => batch.listNamespacedJob({ namespace, labelSelector })).pipe(
+        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
+      ),
+    listPods: (namespace, labelSelector) =>
+      call(`list pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector })).pipe(
+        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
+      ),
+    readPodLog: (namespace, name, container, limitBytes) =>
+      call(`read log of pod ${name}`, () => core.readNamespacedPodLog({ namespace, name, container, limitBytes })),
+    watcher: new Watch(kc)
+  }
+}

@@ -1,0 +1,69 @@
+/**
+ * Where the Kubernetes launcher finds its cluster. The default follows kubectl: `KUBECONFIG`,
+ * then `~/.kube/config`, then the in-cluster service account (a launcher running in a pod, see
+ * examples/k8s/). Unlike the client library's own fallback, finding nothing is an error rather
+ * than a silent `http://localhost:8080`.
+ */
+import { KubeConfig } from "@kubernetes/client-node"
+import { LaunchConfigError } from "@reins/protocol"
+import { Effect } from "effect"
+import { existsSync } from "node:fs"
+import { homedir } from "node:os"
+import { join } from "node:path"
+
+export type KubeConfigSource =
+  /** KUBECONFIG, ~/.kube/config, or the in-cluster service account. */
+  | { readonly _tag: "Default"; readonly context?: string }
+  | { readonly _tag: "File"; readonly path: string; readonly context?: string }
+  | { readonly _tag: "InCluster" }
+  /** An explicit server (tests, or a proxy such as `kubectl proxy`). */
+  | { readonly _tag: "Server"; readonly server: string; readonly token?: string; readonly skipTLSVerify?: boolean }
+  | { readonly _tag: "Instance"; readonly kubeConfig: KubeConfig }
+
+const SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+const useContext = (kc: KubeConfig, context: string | undefined) => {
+  if (context === undefined) return kc
+  if (!kc.getContexts().some((c) => c.name === context)) throw new Error(`no context named ${context} (have: ${kc.getContexts().map((c) => c.name).join(", ")})`)
+  kc.setCurrentContext(context)
+  return kc
+}
+
+export const loadKubeConfig = (source: KubeConfigSource = { _tag: "Default" }): Effect.Effect<KubeConfig, LaunchConfigError> =>
+  Effect.try({
+    try: () => {
+      const kc = new KubeConfig()
+      switch (source._tag) {
+        case "Instance":
+          return source.kubeConfig
+        case "Server":
+          kc.loadFromOptions({
+            clusters: [{ name: "reins", server: source.server, skipTLSVerify: source.skipTLSVerify ?? false }],
+            users: [{ name: "reins", ...(source.token === undefined ? {} : { token: source.token }) }],
+            contexts: [{ name: "reins", cluster: "reins", user: "reins" }],
+            currentContext: "reins"
+          })
+          return kc
+        case "InCluster":
+          kc.loadFromCluster()
+          return kc
+        case "File":
+          kc.loadFromFile(source.path)
+          return useContext(kc, source.context)
+        case "Default": {
+          const fromEnv = (process.env.KUBECONFIG ?? "") !== ""
+          if (!fromEnv && !existsSync(join(homedir(), ".kube", "config")) && !existsSync(SERVICE_ACCOUNT_TOKEN)) {
+            throw new Error("no kubeconfig found: set KUBECONFIG, create ~/.kube/config, or run in a pod with a service account")
+          }
+          kc.loadFromDefault()
+          return useContext(kc, source.context)
+        }
+      }
+    },
+    catch: (e) => new LaunchConfigError({ message: `Kubernetes config: ${(e as Error).message}` })
+  }).pipe(
+    Effect.filterOrFail(
+      (kc) => kc.getCurrentCluster() !== null,
+      () => new LaunchConfigError({ message: "Kubernetes config: no current cluster (check current-context)" })
+    )
+  )

@@ -1,0 +1,460 @@
+/**
+ * Who is in the cluster, who is alive, and the one connection to each of them.
+ *
+ * - Joining: a node dials its `--join` addresses until one answers; the member lists it then
+ *   receives name everyone else.
+ * - Gossip as heartbeat: every `heartbeat` each node bumps its own version and sends its whole
+ *   member table to every peer. A member whose version has not grown for `downAfter` is marked
+ *   `down` (a node that leaves says so and is down at once); its connection is closed so calls
+ *   pending on it fail fast. Watchers get `MemberUp`/`MemberDown` events.
+ * - Only direct evidence revives a down member: its own gossip over its own connection, or a new
+ *   incarnation (a restarted process). Third-hand versions never do, so a dead node does not
+ *   flap back to `up` because some peer saw one more heartbeat than we did.
+ * - Full mesh: of two nodes, the one with the smaller id dials (so a pair never races to open two
+ *   connections); if two exist anyway, both sides keep the same one.
+ * - Clients (`reins status`, scripts) dial every member, are never members, and never gossip.
+ */
+import { Duration, Effect, Either, PubSub, type Redacted, Runtime, Schedule, Schema, Stream } from "effect"
+import type { ActorSystemInternal, Locator } from "./ActorSystem.js"
+import { type ActorError, ActorNotFound, ActorUnavailable, type ClusterConnectError } from "./errors.js"
+import type { PeerInfo } from "./Handshake.js"
+import { type DownReason, Member, type MemberEvent, type MemberInfo, type MemberState } from "./Member.js"
+import * as Remote from "./Remote.js"
+import * as Transport from "./Transport.js"
+import { Kind } from "./Wire.js"
+
+export interface MembershipOptions {
+  readonly self: PeerInfo
+  readonly mode: "node" | "client"
+  readonly secret: Redacted.Redacted<string>
+  readonly join: ReadonlyArray<string>
+  /** A member silent for this long is marked down. */
+  readonly downAfter: Duration.Duration
+  /** How often gossip (the heartbeat) goes out. */
+  readonly heartbeat: Duration.Duration
+  readonly maxFrameBytes: number
+  readonly system: ActorSystemInternal
+}
+
+interface Entry {
+  info: MemberInfo
+  status: MemberState
+  since: number
+  lastProgress: number
+  /** Left gracefully (this incarnation): only a new incarnation brings it back. */
+  left: boolean
+  /** This incarnation had a connection: if it is gone, calls fail at once instead of waiting for one. */
+  linked: boolean
+}
+
+interface Link {
+  readonly connection: Transport.Connection
+  readonly remote: ReturnType<typeof Remote.make>
+}
+
+/** Members not seen for this long are forgotten. */
+const FORGET_AFTER_MS = 60 * 60 * 1000
+
+const decodeGossip = Schema.decodeUnknownEither(Schema.Array(Member))
+
+export const make = (options: MembershipOptions) =>
+  Effect.gen(function*() {
+    const runtime = yield* Effect.runtime<never>()
+    const runFork = Runtime.runFork(runtime)
+    const run = (effect: Effect.Effect<void>) => {
+      runFork(effect)
+    }
+    const log = {
+      info: (message: string) => run(Effect.logInfo(message)),
+      warn: (message: string) => run(Effect.logWarning(message))
+    }
+    const { system } = options
+    const self = { ...options.self }
+    const selfId = self.id
+    const downAfterMs = Duration.toMillis(options.downAfter)
+    const heartbeatMs = Duration.toMillis(options.heartbeat)
+
+    const members = new Map<string, Entry>()
+    const links = new Map<string, Link>()
+    const clientLinks = new Set<Link>()
+    const dialing = new Set<string>()
+    /** Calls waiting for a connection being opened to a member. */
+    const linkListeners = new Map<string, Set<(link: Either.Either<Link, string>) => void>>()
+    const notifyLink = (id: string, result: Either.Either<Link, string>) => {
+      const waiting = linkListeners.get(id)
+      if (waiting === undefined) return
+      linkListeners.delete(id)
+      for (const listener of waiting) listener(result)
+    }
+    const nextDial = new Map<string, number>()
+    let version = 0
+    let leaving = false
+    let index: Map<string, ReadonlyArray<string>> | undefined
+    let joinedOnce = false
+    const events = yield* PubSub.unbounded<MemberEvent>()
+
+    const selfInfo = (): MemberInfo => ({
+      id: selfId,
+      address: self.address,
+      roles: self.roles,
+      actors: system
+        .localActors()
+        .filter((a) => !a.system && a.status !== "stopped")
+        .map((a) => a.name)
+        .sort(),
+      incarnation: self.incarnation,
+      version
+    })
+
+    const toMember = (e: Entry): Member => ({ ...e.info, status: e.status, since: e.since })
+
+    const publish = (event: MemberEvent) => run(PubSub.publish(events, event))
+
+    const markUp = (e: Entry, now: number) => {
+      e.status = "up"
+      e.since = now
+      e.lastProgress = now
+      index = undefined
+      log.info(`member ${e.info.id} is up (${e.info.address || "no address"}, roles: ${e.info.roles.join(",") || "none"})`)
+      publish({ _tag: "MemberUp", member: toMember(e) })
+    }
+
+    const markDown = (e: Entry, reason: DownReason, now: number) => {
+      if (e.status === "down" && (reason !== "left" || e.left)) return
+      if (reason === "left") e.left = true
+      if (e.status === "down") return
+      e.status = "down"
+      e.since = now
+      index = undefined
+      log.warn(`member ${e.info.id} is down (${reason === "left" ? "it left" : `silent for ${Math.round((now - e.lastProgress) / 1000)} s`})`)
+      publish({ _tag: "MemberDown", member: toMember(e), reason })
+      const link = links.get(e.info.id)
+      if (link && reason === "timeout") link.connection.close(4000, "marked down: no heartbeat")
+    }
+
+    // ---- gossip ------------------------------------------------------------------------------
+
+    const gossipFrame = () => [Kind.Gossip, [{ ...selfInfo(), status: "up", since: 0 }, ...[...members.values()].map(toMember)]]
+
+    const gossip = () => {
+      if (options.mode === "client" || leaving) return
+      const frame = gossipFrame()
+      for (const link of links.values()) link.connection.send(frame)
+      for (const link of clientLinks) link.connection.send(frame)
+    }
+
+    const merge = (entries: ReadonlyArray<Member>, from: string) => {
+      const now = Date.now()
+      for (const m of entries) {
+        if (m.id === selfId) continue
+        const { status, since: _since, ...info } = m
+        const current = members.get(m.id)
+        if (current === undefined) {
+          // first news of it: trust the sender's judgement until our own clock says otherwise
+          const entry: Entry = { info, status: "down", since: now, lastProgress: now, left: false, linked: false }
+          members.set(m.id, entry)
+          index = undefined
+          if (status === "up") markUp(entry, now)
+          continue
+        }
+        const newer = info.incarnation > current.info.incarnation ||
+          (info.incarnation === current.info.incarnation && info.version > current.info.version)
+        if (!newer) continue
+        const restarted = info.incarnation > current.info.incarnation
+        if (current.status === "down" && !restarted && (from !== m.id || current.left)) continue
+        current.info = info
+        current.lastProgress = now
+        index = undefined
+        if (restarted) {
+          current.left = false
+          current.linked = false
+        }
+        if (current.status === "down") markUp(current, now)
+      }
+    }
+
+    // ---- connections -------------------------------------------------------------------------
+
+    const closeReason = (peer: string) => (members.get(peer)?.status === "down" ? "node-down" : "disconnected")
+
+    const setupLink = (connection: Transport.Connection): Link => {
+      const remote = Remote.make(connection, { self: selfId, local: (name) => system.local(name), runtime })
+      const link: Link = { connection, remote }
+      const peer = connection.peer
+      connection.listen({
+        onFrame: (frame) => {
+          if (remote.onFrame(frame)) return
+          switch (frame[0]) {
+            case Kind.Gossip: {
+              if (peer.kind === "client") throw new Error("clients do not gossip")
+              const decoded = decodeGossip(frame[1])
+              if (Either.isLeft(decoded)) throw new Error("malformed gossip")
+              return merge(decoded.right, peer.id)
+            }
+            case Kind.Leave: {
+              const entry = members.get(peer.id)
+              if (entry && entry.info.incarnation === peer.incarnation) markDown(entry, "left", Date.now())
+              return
+            }
+            default:
+              throw new Error(`unexpected frame kind ${String(frame[0])}`)
+          }
+        },
+        onClose: (code, reason) => {
+          remote.onClose(closeReason(peer.id))
+          clientLinks.delete(link)
+          if (links.get(peer.id) === link) {
+            links.delete(peer.id)
+            nextDial.delete(peer.id) // redial at the next tick if it is still up
+            if (!leaving && peer.kind === "node") {
+              log.info(`connection to ${peer.id} closed (${code}${reason ? ` ${reason}` : ""})`)
+            }
+          }
+        }
+      })
+      return link
+    }
+
+    /** Of two connections to the same peer, both sides keep the one the smaller id dialed. */
+    const designated = (connection: Transport.Connection) => {
+      const dialer = connection.dialed ? selfId : connection.peer.id
+      return dialer === (selfId < connection.peer.id ? selfId : connection.peer.id)
+    }
+
+    const register = (connection: Transport.Connection) => {
+      const peer = connection.peer
+      if (leaving) return connection.close(1001, "node shutting down")
+      if (peer.id === selfId && peer.incarnation === self.incarnation) {
+        log.warn(`${connection.remote} is this node itself; ignoring that join address`)
+        return connection.close(4008, "connected to itself")
+      }
+      if (peer.kind === "client") {
+        if (options.mode === "client") return connection.close(4003, "clients do not talk to clients")
+        const link = setupLink(connection)
+        clientLinks.add(link)
+        connection.send(gossipFrame())
+        return
+      }
+      if (peer.id === selfId) {
+        log.warn(`node ${connection.remote} uses this node's id ${selfId}: give each node its own --data directory`)
+        return connection.close(4009, "duplicate node id")
+      }
+      const existing = links.get(peer.id)
+      if (existing && existing.connection.isOpen()) {
+        const old = existing.connection.peer
+        const keepNew = peer.incarnation > old.incarnation ||
+          (peer.incarnation === old.incarnation && (designated(connection) || !designated(existing.connection)))
+        if (!keepNew) return connection.close(4010, "duplicate connection")
+        links.delete(peer.id)
+        existing.connection.close(4010, "replaced by a newer connection")
+      }
+      const link = setupLink(connection)
+      links.set(peer.id, link)
+      joinedOnce = true
+      notifyLink(peer.id, Either.right(link))
+      const now = Date.now()
+      const entry = members.get(peer.id)
+      if (entry === undefined || peer.incarnation > entry.info.incarnation) {
+        const fresh: Entry = {
+          info: { id: peer.id, address: peer.address, roles: peer.roles, actors: [], incarnation: peer.incarnation, version: -1 },
+          status: "down",
+          since: now,
+          lastProgress: now,
+          left: false,
+          linked: true
+        }
+        members.set(peer.id, fresh)
+        index = undefined
+        markUp(fresh, now)
+      } else {
+        entry.linked = true
+        if (peer.incarnation === entry.info.incarnation && entry.status === "down" && !entry.left) markUp(entry, now)
+      }
+      if (options.mode === "node") connection.send(gossipFrame())
+    }
+
+    const transportLogs: Transport.Logs = { warn: log.warn }
+
+    const dial = (url: string, key: string, quiet: boolean) => {
+      dialing.add(key)
+      runFork(
+        Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: transportLogs }).pipe(
+          Effect.tap((connection) => Effect.sync(() => register(connection))),
+          Effect.catchAll((error) => {
+            notifyLink(key, Either.left(error.detail))
+            return quiet ? Effect.logDebug(error.message) : Effect.logWarning(error.message)
+          }),
+          Effect.ensuring(Effect.sync(() => dialing.delete(key)))
+        )
+      )
+    }
+
+    const nodeLinks = () => links.size
+
+    const tick = (heartbeat: boolean) => {
+      if (leaving) return
+      const now = Date.now()
+      for (const entry of members.values()) {
+        if (entry.status === "up" && now - entry.lastProgress > downAfterMs) markDown(entry, "timeout", now)
+        if (entry.status === "down" && now - entry.since > FORGET_AFTER_MS) {
+          members.delete(entry.info.id)
+          index = undefined
+        }
+      }
+      for (const [id, entry] of members) {
+        if (links.has(id) || dialing.has(id) || entry.info.address === "") continue
+        if (options.mode === "node" && !(selfId < id)) continue
+        if (now < (nextDial.get(id) ?? 0)) continue
+        nextDial.set(id, now + (entry.status === "up" ? heartbeatMs : 5 * heartbeatMs))
+        dial(entry.info.address, id, entry.status === "down")
+      }
+      if (nodeLinks() === 0) {
+        for (const url of options.join) {
+          if (dialing.has(url) || now < (nextDial.get(url) ?? 0)) continue
+          nextDial.set(url, now + 2 * heartbeatMs)
+          dial(url, url, joinedOnce)
+        }
+      }
+      if (heartbeat) {
+        version++
+        gossip()
+      }
+    }
+
+    system.onLocalChange(() => {
+      version++
+      gossip()
+    })
+
+    // ---- locating actors ---------------------------------------------------------------------
+
+    const actorIndex = () => {
+      if (index !== undefined) return index
+      const built = new Map<string, Array<string>>()
+      for (const entry of [...members.values()].sort((a, b) => (a.info.id < b.info.id ? -1 : 1))) {
+        for (const actor of entry.info.actors) {
+          const ids = built.get(actor) ?? []
+          ids.push(entry.info.id)
+          built.set(actor, ids)
+        }
+      }
+      index = built
+      return built
+    }
+
+    /** Calls to an up member we have no connection to yet wait this long for one. */
+    const CONNECT_WAIT = Duration.seconds(3)
+
+    const waitForLink = (id: string, actor: string): Effect.Effect<Remote.Channel, ActorError> => {
+      // clients always dial; of two nodes the smaller id dials (the other one is on its way)
+      if ((options.mode === "client" || selfId < id) && !dialing.has(id)) {
+        const address = members.get(id)?.info.address
+        if (address) {
+          nextDial.set(id, Date.now() + heartbeatMs)
+          dial(address, id, false)
+        }
+      }
+      return Effect.async<Remote.Channel, ActorError>((resume) => {
+        const listener = (link: Either.Either<Link, string>) =>
+          resume(
+            Either.isRight(link)
+              ? Effect.succeed(link.right.remote.channel)
+              : Effect.fail(new ActorUnavailable({ actor, node: id, reason: "disconnected" }))
+          )
+        let set = linkListeners.get(id)
+        if (set === undefined) linkListeners.set(id, set = new Set())
+        set.add(listener)
+        return Effect.sync(() => set.delete(listener))
+      }).pipe(
+        Effect.timeoutFail({
+          duration: CONNECT_WAIT,
+          onTimeout: () => new ActorUnavailable({ actor, node: id, reason: "disconnected" })
+        })
+      )
+    }
+
+    const locate: Locator["locate"] = (name, pin): Effect.Effect<Remote.Channel, ActorError> => {
+      if (pin !== undefined) {
+        const entry = members.get(pin)
+        const link = links.get(pin)
+        if (entry?.status === "down") return Effect.fail(new ActorUnavailable({ actor: name, node: pin, reason: "node-down" }))
+        if (link) return Effect.succeed(link.remote.channel)
+        if (!entry) return Effect.fail(new ActorNotFound({ actor: name, node: pin }))
+        if (entry.linked) return Effect.fail(new ActorUnavailable({ actor: name, node: pin, reason: "disconnected" }))
+        return waitForLink(pin, name)
+      }
+      const nodes = actorIndex().get(name)
+      if (nodes === undefined) return Effect.fail(new ActorNotFound({ actor: name }))
+      let connecting: string | undefined
+      let dropped: string | undefined
+      for (const id of nodes) {
+        const entry = members.get(id)!
+        if (entry.status !== "up") continue
+        const link = links.get(id)
+        if (link) return Effect.succeed(link.remote.channel)
+        if (entry.linked) dropped ??= id
+        else connecting ??= id
+      }
+      if (connecting !== undefined) return waitForLink(connecting, name)
+      if (dropped !== undefined) return Effect.fail(new ActorUnavailable({ actor: name, node: dropped, reason: "disconnected" }))
+      return Effect.fail(new ActorUnavailable({ actor: name, node: nodes[0]!, reason: "node-down" }))
+    }
+
+    const allMembers = Effect.sync((): ReadonlyArray<Member> => {
+      const list = [...members.values()].map(toMember)
+      if (options.mode === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation })
+      return list.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    })
+
+    const locator: Locator = {
+      locate,
+      members: allMembers,
+      events: Stream.fromPubSub(events)
+    }
+    system.attach(locator)
+
+    /** Starts heartbeats, failure detection and joining. */
+    const start = (address: string) =>
+      Effect.gen(function*() {
+        self.address = address
+        let n = 0
+        const every = Math.max(50, Math.floor(heartbeatMs / 4))
+        yield* Effect.sync(() => tick(n++ % 4 === 0)).pipe(
+          Effect.catchAllDefect((defect) => Effect.logError("membership tick failed", defect)),
+          Effect.repeat(Schedule.spaced(Duration.millis(every))),
+          Effect.forkScoped
+        )
+      })
+
+    /** Tells every peer this node leaves, then closes the connections. */
+    const leave = Effect.sync(() => {
+      if (leaving) return
+      for (const link of links.values()) link.connection.send([Kind.Leave])
+      leaving = true
+    })
+
+    const closeAll = Effect.sync(() => {
+      leaving = true
+      for (const link of [...links.values(), ...clientLinks]) link.connection.close(1001, "node shutting down")
+    })
+
+    /** Client mode: dials `url` once and waits for its first member list. */
+    const connectTo = (url: string): Effect.Effect<PeerInfo, ClusterConnectError> =>
+      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: transportLogs }).pipe(
+        Effect.tap((connection) => Effect.sync(() => register(connection))),
+        Effect.map((connection) => connection.peer)
+      )
+
+    return {
+      self: () => ({ ...self }),
+      onConnection: register,
+      locator,
+      start,
+      leave,
+      closeAll,
+      connectTo,
+      connected: () => [...links.keys()]
+    }
+  })
+
+export type Membership = Effect.Effect.Success<ReturnType<typeof make>>

@@ -1,0 +1,125 @@
+/**
+ * Actors in worker threads, so long compute (a model's forward/backward) never blocks the node's
+ * event loop. Effect's own machinery carries the calls: `RpcClient.layerProtocolWorker` on the
+ * node, `RpcServer.layerProtocolWorkerRunner` in the worker, `NodeWorker`/`NodeWorkerRunner` from
+ * @effect/platform-node underneath.
+ *
+ * On the node, the worker actor is an ordinary supervised actor whose handlers forward each call
+ * to the worker, so local callers, remote callers and supervision work exactly as for any actor.
+ * If the worker dies or exits, the actor crashes and restarts with a fresh worker.
+ *
+ * Workers run TypeScript through tsx: they start at `worker-bootstrap.mjs`, which registers tsx's
+ * loader in the thread and imports the entry (Node 20 ignores `--import tsx` for workers).
+ */
+import * as NodeWorker from "@effect/platform-node/NodeWorker"
+import * as NodeWorkerRunner from "@effect/platform-node/NodeWorkerRunner"
+import * as RpcClient from "@effect/rpc/RpcClient"
+import { RpcClientError } from "@effect/rpc/RpcClientError"
+import type * as Rpc from "@effect/rpc/Rpc"
+import type * as RpcGroup from "@effect/rpc/RpcGroup"
+import * as RpcSchema from "@effect/rpc/RpcSchema"
+import * as RpcServer from "@effect/rpc/RpcServer"
+import { Cause, Effect, Layer, type Scope, Stream } from "effect"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import * as WorkerThreads from "node:worker_threads"
+import { ActorContext } from "./ActorContext.js"
+import type { RestartPolicy } from "./Supervisor.js"
+
+/** The `.mjs` file every worker thread starts from. */
+export const bootstrapPath = fileURLToPath(new URL("./worker-bootstrap.mjs", import.meta.url))
+
+export interface WorkerActorOptions {
+  /** The worker's entry module (a path or file URL; `.ts` is fine). It calls `Worker.serve`. */
+  readonly entry: string | URL
+  /** As in `ActorOptions`: the registered name (default: the actor's name). */
+  readonly name?: string | ((node: string) => string)
+  readonly restart?: RestartPolicy
+  /** Passed to the worker, where `Worker.data()` returns it (structured-cloned). */
+  readonly data?: unknown
+  readonly resourceLimits?: WorkerThreads.ResourceLimits
+}
+
+const entryUrl = (entry: string | URL) =>
+  entry instanceof URL ? entry.href : entry.startsWith("file:") ? entry : pathToFileURL(entry).href
+
+/** Starts a worker thread running `entry` through the tsx bootstrap. */
+export const spawnThread = (entry: string | URL, options: { data?: unknown; resourceLimits?: WorkerThreads.ResourceLimits } = {}) =>
+  new WorkerThreads.Worker(bootstrapPath, {
+    workerData: { entry: entryUrl(entry), data: options.data },
+    ...(options.resourceLimits ? { resourceLimits: options.resourceLimits } : {})
+  })
+
+/** In a worker: the `data` the node passed in `WorkerActorOptions`. */
+export const data = (): unknown => (WorkerThreads.workerData as { data?: unknown } | null)?.data
+
+/** An exit or error of the worker thread, reported to the supervisor as a crash. */
+export class WorkerExited extends Error {
+  override readonly name = "WorkerExited"
+}
+
+/**
+ * The node side: handlers that forward every message to a freshly spawned worker. Runs as the
+ * build of a supervised actor, so the worker lives as long as one incarnation.
+ */
+export const forwardingHandlers = (
+  group: RpcGroup.RpcGroup<Rpc.Any>,
+  options: WorkerActorOptions
+): Effect.Effect<Record<string, (...args: Array<any>) => any>, unknown, ActorContext | Scope.Scope> =>
+  Effect.gen(function*() {
+    const actor = yield* ActorContext
+    const spawn = () => {
+      const thread = spawnThread(options.entry, options)
+      const crash = (reason: unknown) => Effect.runFork(actor.crash(Cause.die(reason)))
+      thread.on("error", (error) => crash(error))
+      thread.on("exit", (code) => crash(new WorkerExited(`worker thread of "${actor.name}" exited with code ${code}`)))
+      return thread
+    }
+    const protocol = yield* Layer.build(
+      RpcClient.layerProtocolWorker({ size: 1, concurrency: Number.MAX_SAFE_INTEGER }).pipe(
+        Layer.provide(NodeWorker.layerPlatform(spawn))
+      )
+    )
+    const client = yield* RpcClient.make(group, { flatten: true, disableTracing: true }).pipe(Effect.provide(protocol))
+    // a broken worker is a crash of the actor (restart with a fresh one), not an error of the call
+    const dieOnProtocolError = (error: unknown) => error instanceof RpcClientError
+    const handlers: Record<string, (...args: Array<any>) => any> = {}
+    for (const rpc of group.requests.values()) {
+      const tag = rpc._tag
+      const isStream = RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema)
+      handlers[tag] = isStream
+        ? (payload: unknown, { headers }: { headers: any }) =>
+          Stream.catchAll(
+            client(tag, payload as never, { headers }) as unknown as Stream.Stream<unknown, unknown>,
+            (error) => (dieOnProtocolError(error) ? Stream.die(error) : Stream.fail(error))
+          )
+        : (payload: unknown, { headers }: { headers: any }) =>
+          Effect.catchIf(
+            client(tag, payload as never, { headers }) as unknown as Effect.Effect<unknown, unknown>,
+            dieOnProtocolError,
+            Effect.die
+          )
+    }
+    return handlers
+  })
+
+/**
+ * The worker side: serves `actor`'s protocol with `build`'s handlers until the node closes the
+ * worker. Call it at the top level of the worker's entry module. Provide the services the
+ * handlers need inside `build`.
+ */
+export const serve = <Rpcs extends Rpc.Any, Handlers extends RpcGroup.HandlersFrom<Rpcs>, EX>(
+  actor: { readonly name: string; readonly protocol: RpcGroup.RpcGroup<Rpcs> },
+  build: Handlers | Effect.Effect<Handlers, EX, Scope.Scope>
+): void => {
+  const handlers = actor.protocol.toLayer(build) as Layer.Layer<Rpc.ToHandler<Rpcs>, EX>
+  const server = RpcServer.layer(actor.protocol, { disableFatalDefects: true, disableTracing: true }).pipe(
+    Layer.provide(handlers),
+    Layer.provide(RpcServer.layerProtocolWorkerRunner),
+    Layer.provide(NodeWorkerRunner.layer)
+  ) as Layer.Layer<never, unknown>
+  Effect.runFork(
+    NodeWorkerRunner.launch(server).pipe(
+      Effect.tapErrorCause((cause) => Effect.logError(`worker of actor "${actor.name}" failed`, cause))
+    )
+  )
+}

@@ -1,0 +1,144 @@
+/**
+ * The pause gate: 16 concurrent harness calls across pause → weight update → resume see no
+ * error and no 429; every token sampled after the resume carries the new version; streams stay
+ * open through the pause; calls held too long get 503 + Retry-After. Also reachable as actor
+ * messages (GatewayRpcs).
+ */
+import { RpcTest } from "@effect/rpc"
+import { Gateway } from "@reins/gateway"
+import { GatewayRpcs } from "@reins/protocol"
+import { Effect, Layer } from "effect"
+import OpenAI from "openai"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Running, startGateway } from "./harness.js"
+import { makePolicy } from "./policy.js"
+
+const LONG = "It is sunny in Paris and the weather is sunny. ".repeat(8)
+const policy = makePolicy(() => LONG)
+let gw: Running
+beforeAll(async () => {
+  gw = await startGateway(policy.backend)
+})
+afterAll(async () => {
+  await gw?.close()
+})
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+interface Outcome {
+  readonly ok: boolean
+  readonly status?: number
+  readonly callId?: string
+}
+
+describe("pause gate", () => {
+  for (const mode of ["interrupt", "drain"] as const) {
+    it(`holds calls across pause (${mode}) → update → resume without errors`, async () => {
+      try {
+        await run(mode)
+      } finally {
+        await gw.admin("/api/gateway/resume", { body: {} })
+      }
+    })
+  }
+
+  const run = async (mode: "interrupt" | "drain") => {
+    {
+      const a = await gw.attempt()
+      const openai = new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 })
+      const before = (await gw.gateway.state.pipe(Effect.runPromise)).version
+      const call = async (i: number): Promise<Outcome> => {
+        try {
+          if (i % 2 === 0) {
+            let text = ""
+            for await (const c of await openai.chat.completions.create({ model: policy.modelId, messages: [{ role: "user", content: `call ${i}` }], stream: true })) text += c.choices[0]?.delta.content ?? ""
+            return { ok: text === LONG }
+          }
+          const r = await openai.chat.completions.create({ model: policy.modelId, messages: [{ role: "user", content: `call ${i}` }] })
+          return { ok: r.choices[0]!.message.content === LONG }
+        } catch (e) {
+          return { ok: false, status: (e as { status?: number }).status }
+        }
+      }
+      const first = Array.from({ length: 8 }, (_, i) => call(i))
+      const waitFor = async (ok: (state: any) => boolean) => {
+        let state = await gw.admin("/api/gateway/state")
+        for (let i = 0; i < 200 && !ok(state.json); i++) {
+          await sleep(25)
+          state = await gw.admin("/api/gateway/state")
+        }
+        return state.json
+      }
+      expect((await waitFor((s) => s.in_flight === 8)).in_flight).toBe(8) // the first eight are generating
+      const pauseSentAt = Date.now()
+      const paused = await gw.admin("/api/gateway/pause", { body: { mode } })
+      expect(paused.status).toBe(200)
+      expect(paused.json).toMatchObject({ paused: true, mode })
+      const second = Array.from({ length: 8 }, (_, i) => call(8 + i)) // held at the gate
+      const held = await waitFor((s) => s.held === 8)
+      expect(held).toMatchObject({ paused: true, held: 8, in_flight: mode === "drain" ? 0 : 8 })
+      // The weight update.
+      policy.setVersion(before + 1)
+      const resumed = await gw.admin("/api/gateway/resume", { body: {} })
+      expect(resumed.json).toMatchObject({ paused: false, version: before + 1 })
+      expect(resumed.status).toBe(200)
+      const outcomes = await Promise.all([...first, ...second])
+      expect(outcomes.filter((o) => !o.ok)).toEqual([])
+
+      const calls = (await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.calls as Array<any>
+      expect(calls).toHaveLength(16)
+      for (const c of calls) {
+        expect(c.status).toBe(200)
+        // Versions never go back, and every token sampled after the resume is the new version.
+        for (let i = 1; i < c.versions.length; i++) expect(c.versions[i]).toBeGreaterThanOrEqual(c.versions[i - 1])
+        // Calls sent during the pause waited at the gate: every token they got is from the new weights.
+        const second = Number(/call (\d+)/.exec(c.request.messages[0].content)![1]) >= 8
+        if (second) expect(c.timings.held_ms).toBeGreaterThan(0)
+        if (second || c.timings.held_ms > 0) expect(new Set(c.versions)).toEqual(new Set([before + 1]))
+        // Drained calls finished before the update.
+        else if (mode === "drain" && c.timings.started_at < pauseSentAt) expect(new Set(c.versions)).toEqual(new Set([before]))
+      }
+      if (mode === "interrupt") {
+        // Interrupted generations were continued with the new weights.
+        expect(calls.some((c) => c.versions[0] === before && c.versions[c.versions.length - 1] === before + 1)).toBe(true)
+      }
+      const state = (await gw.admin(`/api/gateway/state`)).json
+      expect(state).toMatchObject({ paused: false, held: 0, in_flight: 0 })
+    }
+  }
+
+  it("answers 503 with Retry-After to a call held longer than the maximum", async () => {
+    const short = await startGateway(policy.backend, { maxHold: "300 millis" })
+    try {
+      const a = await short.attempt()
+      await short.admin("/api/gateway/pause", { body: { mode: "drain" } })
+      const res = await fetch(`${short.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${a.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: policy.modelId, messages: [{ role: "user", content: "hi" }] })
+      })
+      expect(res.status).toBe(503)
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0)
+      expect(((await res.json()) as any).error.code).toBe("gateway_paused")
+      await short.admin("/api/gateway/resume", { body: {} })
+      const calls = (await short.admin(`/api/rollouts/${a.rolloutId}`)).json.calls
+      expect(calls.map((c: any) => c.status)).toEqual([503])
+    } finally {
+      await short.close()
+    }
+  })
+
+  it("is reachable as actor messages (Pause / Resume / State)", async () => {
+    const program = Effect.gen(function* () {
+      const client = yield* RpcTest.makeClient(GatewayRpcs)
+      const paused = yield* client.Pause({ mode: "drain" })
+      const state = yield* client.State()
+      const resumed = yield* client.Resume()
+      return { paused: paused.paused, state: state.paused, resumed: resumed.paused }
+    })
+    const result = await Effect.runPromise(
+      program.pipe(Effect.scoped, Effect.provide(Gateway.rpcHandlers.pipe(Layer.provide(Layer.succeed(Gateway.Gateway, gw.gateway)))))
+    )
+    expect(result).toEqual({ paused: true, state: true, resumed: false })
+  })
+})

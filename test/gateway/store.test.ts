@@ -1,0 +1,191 @@
+import { describe, expect, it } from "@effect/vitest"
+import { SqliteStore, Store } from "@reins/gateway"
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import { Chunk, Effect, Either, Fiber, Option, Stream } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import os from "node:os"
+import path from "node:path"
+import { afterAll } from "vitest"
+
+const dirs: Array<string> = []
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
+const tempDb = () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "reins-store-"))
+  dirs.push(dir)
+  return path.join(dir, "nested", "reins.db")
+}
+
+const call = (attemptId: string, n: number) => ({
+  attemptId,
+  endpoint: "chat.completions" as const,
+  model: "m",
+  status: 200,
+  error: null,
+  request: { messages: [{ role: "user", content: `hi ${n}` }] },
+  response: { ok: true },
+  promptIds: Int32Array.from([1, 2, 3, n]),
+  outputIds: Int32Array.from([7, 8]),
+  logprobs: Float32Array.from([-0.5, -1.25]),
+  versions: Int32Array.from([3, 4]),
+  finishReason: "stop",
+  trainable: true,
+  reuse: { reusedTokens: 0, fromCallId: null, break: null },
+  timings: { receivedAt: 1, startedAt: 2, firstTokenAt: 3, finishedAt: 4, heldMs: 0 }
+})
+
+const withStore = <A, E>(filename: string, f: (s: Store["Type"]) => Effect.Effect<A, E>) =>
+  Effect.flatMap(Store, f).pipe(Effect.provide(SqliteStore.layer({ filename })))
+
+describe("SqliteStore", () => {
+  it.live("issues attempt keys that are stored hashed and resolve to their attempt", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      const { attempt, key, rollout } = yield* withStore(file, (s) => s.createRollout({ task: { q: 1 }, group: "g", start: true }))
+      expect(key).toMatch(/^rk-[A-Za-z0-9_-]{32}$/)
+      expect(rollout.state).toBe("running")
+      expect(attempt.state).toBe("running")
+      const found = yield* withStore(file, (s) => s.attemptByKey(key))
+      expect(Option.getOrThrow(found).id).toBe(attempt.id)
+      expect(Option.isNone(yield* withStore(file, (s) => s.attemptByKey(key + "x")))).toBe(true)
+      // The key itself is nowhere in the file.
+      const hashes = yield* Effect.flatMap(SqliteClient.SqliteClient, (sql) => sql<{ key_hash: string }>`SELECT key_hash FROM attempts`).pipe(
+        Effect.provide(SqliteClient.layer({ filename: file, readonly: true }))
+      )
+      expect(hashes).toHaveLength(1)
+      expect(hashes[0]!.key_hash).toMatch(/^[0-9a-f]{64}$/)
+      expect(hashes[0]!.key_hash).not.toContain(key)
+    }))
+
+  it.live("enforces the attempt state machine", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const { attempt, rollout } = yield* s.createRollout({ task: null })
+          expect(attempt.state).toBe("queued")
+          const bad = yield* Effect.either(s.transition(attempt.id, "succeeded"))
+          expect(Either.isLeft(bad) && bad.left._tag).toBe("IllegalTransition")
+          const running = yield* s.transition(attempt.id, "running")
+          expect(running.startedAt).not.toBeNull()
+          const done = yield* s.transition(attempt.id, "failed", "exit 1")
+          expect(done.state).toBe("failed")
+          expect(done.reason).toBe("exit 1")
+          expect(done.finishedAt).not.toBeNull()
+          for (const to of ["running", "succeeded", "cancelled", "queued"] as const) {
+            const r = yield* Effect.either(s.transition(attempt.id, to))
+            expect(Either.isLeft(r) && r.left._tag).toBe("IllegalTransition")
+          }
+          expect((yield* s.attempt(attempt.id)).state).toBe("failed")
+          const missing = yield* Effect.either(s.transition("at_nope", "running"))
+          expect(Either.isLeft(missing) && missing.left._tag).toBe("NotFound")
+          // A retry is a new attempt with a new key; the rollout mirrors it.
+          const retry = yield* s.createAttempt(rollout.id, { start: true })
+          expect(retry.attempt.index).toBe(1)
+          expect(retry.rollout.state).toBe("running")
+          expect(retry.rollout.attempts).toBe(2)
+          const busy = yield* Effect.either(s.createAttempt(rollout.id))
+          expect(Either.isLeft(busy) && busy.left._tag).toBe("Conflict")
+          yield* s.transition(retry.attempt.id, "succeeded")
+          expect((yield* s.rollout(rollout.id)).rollout.state).toBe("succeeded")
+        })
+      )
+    }))
+
+  it.live("records calls with exact token arrays and dense sequence numbers, durably", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      const { attempt, rollout } = yield* withStore(file, (s) => s.createRollout({ task: "t", start: true }))
+      const recorded = yield* withStore(file, (s) =>
+        Effect.all(Array.from({ length: 20 }, (_, i) => s.recordCall(call(attempt.id, i))), { concurrency: "unbounded" })
+      )
+      expect(recorded.map((c) => c.seq).sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+      // Reopen the file: everything is there, arrays bit-exact.
+      const calls = yield* withStore(file, (s) => s.calls(attempt.id))
+      expect(calls).toHaveLength(20)
+      const c = calls[0]!
+      expect(c.rolloutId).toBe(rollout.id)
+      expect(Array.from(c.outputIds)).toEqual([7, 8])
+      expect(Array.from(c.logprobs)).toEqual([-0.5, -1.25])
+      expect(Array.from(c.versions)).toEqual([3, 4])
+      expect(c.promptIds).toBeInstanceOf(Int32Array)
+      expect(c.request).toEqual({ messages: [{ role: "user", content: `hi ${c.promptIds[3]}` }] })
+      const missing = yield* Effect.either(withStore(file, (s) => s.recordCall(call("at_missing", 0))))
+      expect(Either.isLeft(missing) && missing.left._tag).toBe("NotFound")
+    }))
+
+  it.live("keeps every reward; the last final one is the rollout's", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const a = yield* s.createRollout({ task: 1, start: true })
+          const b = yield* s.createRollout({ task: 2, start: true })
+          const c = yield* s.recordCall(call(a.attempt.id, 1))
+          const other = yield* s.recordCall(call(b.attempt.id, 1))
+          yield* s.addReward({ attemptId: a.attempt.id, value: 0.25, callId: c.id })
+          yield* s.addReward({ attemptId: a.attempt.id, value: 1 })
+          yield* s.addReward({ attemptId: a.attempt.id, value: 0.5, info: { why: "retry" } })
+          const foreign = yield* Effect.either(s.addReward({ attemptId: a.attempt.id, value: 1, callId: other.id }))
+          expect(Either.isLeft(foreign) && foreign.left._tag).toBe("NotFound")
+          const detail = yield* s.rollout(a.rollout.id)
+          expect(detail.rollout.reward).toBe(0.5)
+          expect(detail.rewards.map((r) => r.value)).toEqual([0.25, 1, 0.5])
+          expect(detail.rewards[0]!.callId).toBe(c.id)
+          expect(detail.rewards[2]!.info).toEqual({ why: "retry" })
+          expect(detail.calls.map((x) => x.id)).toEqual([c.id])
+          expect((yield* s.rollout(b.rollout.id)).rollout.reward).toBeNull()
+        })
+      )
+    }))
+
+  it.live("lists rollouts newest first with filters and cursors", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const ids: Array<string> = []
+          for (let i = 0; i < 7; i++) {
+            const r = yield* s.createRollout({ task: i, group: i % 2 ? "odd" : "even", start: i < 5 })
+            ids.push(r.rollout.id)
+          }
+          const p1 = yield* s.rollouts({ limit: 3 })
+          expect(p1.rollouts.map((r) => r.id)).toEqual(ids.slice(4).reverse())
+          const p2 = yield* s.rollouts({ limit: 3, cursor: p1.next! })
+          expect(p2.rollouts.map((r) => r.id)).toEqual(ids.slice(1, 4).reverse())
+          const p3 = yield* s.rollouts({ limit: 3, cursor: p2.next! })
+          expect(p3.rollouts.map((r) => r.id)).toEqual([ids[0]])
+          expect(p3.next).toBeNull()
+          expect((yield* s.rollouts({ state: "queued" })).rollouts.map((r) => r.task)).toEqual([6, 5])
+          expect((yield* s.rollouts({ group: "odd" })).rollouts.map((r) => r.task)).toEqual([5, 3, 1])
+        })
+      )
+    }))
+
+  it.live("streams the event log, then live events", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const first = yield* s.createRollout({ task: 0, start: true })
+          const fiber = yield* s.events(0).pipe(Stream.take(5), Stream.runCollect, Effect.fork)
+          yield* s.transition(first.attempt.id, "succeeded")
+          yield* s.recordModelVersion({ version: 1, modelId: "m" })
+          yield* s.recordModelVersion({ version: 1, modelId: "m" }) // idempotent: no second event
+          yield* s.recordEvent("gateway.paused", { mode: "drain" })
+          const events = Chunk.toReadonlyArray(yield* Fiber.join(fiber).pipe(Effect.timeout("5 seconds")))
+          expect(events.map((e) => e.type)).toEqual([
+            "rollout.created",
+            "attempt.created",
+            "attempt.state",
+            "model.version",
+            "gateway.paused"
+          ])
+          expect(events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5])
+          expect(events[2]!.data).toEqual({ from: "running", to: "succeeded", reason: null })
+          // A late subscriber starting after seq 3 sees only the rest.
+          const late = yield* s.events(3).pipe(Stream.take(2), Stream.runCollect, Effect.timeout("5 seconds"))
+          expect(Chunk.toReadonlyArray(late).map((e) => e.seq)).toEqual([4, 5])
+        })
+      )
+    }))
+})
