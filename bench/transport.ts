@@ -75,7 +75,12 @@ const serve = async () => {
     Effect.provide(Node.layer({ dataDir: dir, secret: Redacted.make(secret) }, echoLayer)),
     Effect.ensuring(Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
   )
-  process.stdin.on("close", () => process.exit(0))
+  const quit = () => {
+    rmSync(dir, { recursive: true, force: true })
+    process.exit(0)
+  }
+  process.stdin.on("close", quit)
+  process.on("SIGTERM", quit)
   process.stdin.resume()
   await Effect.runPromise(program as Effect.Effect<never, unknown>)
 }
@@ -268,7 +273,9 @@ const main = async (seconds: number) => {
         "Baseline: bare ws + msgpackr, [id, bytes] echoed by the server (unpacked into an Int32Array and packed back).",
         "reins: a client process calls the `echo` actor on a node in the other process (Schema-encoded Packed.Int32, msgpack frames, authenticated websocket).",
         `ratio_tok2k_64 = ${ratio.toFixed(3)} (goal >= 0.5); p99 ratio = ${p99Ratio.toFixed(3)} (goal <= 3).`,
-        "In-process actor calls pass the Int32Array by reference (no serialization)."
+        "In-process actor calls pass the Int32Array by reference (no serialization).",
+        "Tuning that got reins from ~0.25x to parity on tok2k_64 (same machine, measured with this bench): frames sent in one event-loop turn are batched into one websocket message (the first goes at once); incoming frames of a connection run on one fiber instead of a fiber each; client frames use an all-zero mask (ws skips the XOR pass); RpcClient's per-call payload validation (payloadSchema.make, ~15 us for a struct with a packed field) is skipped since the wire encoding validates anyway; replies are encoded from the success schema alone when they succeed.",
+        "The machine is shared with other CPU-heavy jobs: absolute numbers swing 2-3x between runs, so compare rows of the same run (the rounds are interleaved for that reason)."
       ]
     })
   } finally {

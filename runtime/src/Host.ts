@@ -189,7 +189,10 @@ export const make = (options: HostOptions): { readonly host: ActorHost; readonly
       Effect.sync(() => {
         status = Option.isSome(decision) ? "restarting" : "stopped"
         restarts = count + (Option.isSome(decision) ? 1 : 0)
-      })
+      }),
+    onStop: Effect.sync(() => {
+      status = "stopped"
+    })
   }).pipe(
     Effect.ensuring(
       Effect.sync(() => {
@@ -218,7 +221,8 @@ export const make = (options: HostOptions): { readonly host: ActorHost; readonly
         return running ? running.server.disconnect(clientId) : Effect.void
       }),
     write: (clientId, message) => {
-      const current = running
+      // a server being closed would answer with an interruption: say why instead
+      const current = status === "running" ? running : undefined
       if (message._tag === "Request") {
         if (current === undefined) return deliverTo(clientId, message.id, unavailable())
         if (!current.handled.has(message.tag)) {

@@ -40,6 +40,7 @@ interface Entry {
   info: MemberInfo
   status: MemberState
   since: number
+  /** Monotonic time (performance.now) of the last sign of life. */
   lastProgress: number
   /** Left gracefully (this incarnation): only a new incarnation brings it back. */
   left: boolean
@@ -113,7 +114,7 @@ export const make = (options: MembershipOptions) =>
     const markUp = (e: Entry, now: number) => {
       e.status = "up"
       e.since = now
-      e.lastProgress = now
+      e.lastProgress = performance.now()
       index = undefined
       log.info(`member ${e.info.id} is up (${e.info.address || "no address"}, roles: ${e.info.roles.join(",") || "none"})`)
       publish({ _tag: "MemberUp", member: toMember(e) })
@@ -126,7 +127,7 @@ export const make = (options: MembershipOptions) =>
       e.status = "down"
       e.since = now
       index = undefined
-      log.warn(`member ${e.info.id} is down (${reason === "left" ? "it left" : `silent for ${Math.round((now - e.lastProgress) / 1000)} s`})`)
+      log.warn(`member ${e.info.id} is down (${reason === "left" ? "it left" : `silent for ${Math.round((performance.now() - e.lastProgress) / 1000)} s`})`)
       publish({ _tag: "MemberDown", member: toMember(e), reason })
       const link = links.get(e.info.id)
       if (link && reason === "timeout") link.connection.close(4000, "marked down: no heartbeat")
@@ -151,7 +152,7 @@ export const make = (options: MembershipOptions) =>
         const current = members.get(m.id)
         if (current === undefined) {
           // first news of it: trust the sender's judgement until our own clock says otherwise
-          const entry: Entry = { info, status: "down", since: now, lastProgress: now, left: false, linked: false }
+          const entry: Entry = { info, status: "down", since: now, lastProgress: performance.now(), left: false, linked: false }
           members.set(m.id, entry)
           index = undefined
           if (status === "up") markUp(entry, now)
@@ -163,7 +164,7 @@ export const make = (options: MembershipOptions) =>
         const restarted = info.incarnation > current.info.incarnation
         if (current.status === "down" && !restarted && (from !== m.id || current.left)) continue
         current.info = info
-        current.lastProgress = now
+        current.lastProgress = performance.now()
         index = undefined
         if (restarted) {
           current.left = false
@@ -259,7 +260,7 @@ export const make = (options: MembershipOptions) =>
           info: { id: peer.id, address: peer.address, roles: peer.roles, actors: [], incarnation: peer.incarnation, version: -1 },
           status: "down",
           since: now,
-          lastProgress: now,
+          lastProgress: performance.now(),
           left: false,
           linked: true
         }
@@ -295,7 +296,7 @@ export const make = (options: MembershipOptions) =>
       if (leaving) return
       const now = Date.now()
       for (const entry of members.values()) {
-        if (entry.status === "up" && now - entry.lastProgress > downAfterMs) markDown(entry, "timeout", now)
+        if (entry.status === "up" && performance.now() - entry.lastProgress > downAfterMs) markDown(entry, "timeout", now)
         if (entry.status === "down" && now - entry.since > FORGET_AFTER_MS) {
           members.delete(entry.info.id)
           index = undefined

@@ -113,6 +113,8 @@ export const supervise = (options: {
    * whether the actor restarts (`Some(delay)`) or is stopped by escalation (`None`).
    */
   readonly onCrash: (decision: Option.Option<Duration.Duration>, restarts: number) => Effect.Effect<void>
+  /** Called when the supervisor is interrupted (its scope closes), before the incarnation closes. */
+  readonly onStop: Effect.Effect<void>
 }): Effect.Effect<void> => {
   let close: Effect.Effect<void> = Effect.void
   const closeCurrent = Effect.suspend(() => {
@@ -151,7 +153,7 @@ export const supervise = (options: {
       yield* Effect.sleep(decision.value)
     }
   }).pipe(
-    Effect.onInterrupt(() => closeCurrent),
+    Effect.onInterrupt(() => Effect.zipRight(options.onStop, closeCurrent)),
     Effect.annotateLogs({ actor: options.name })
   )
 }

@@ -71,16 +71,19 @@ const makeConnection = (
   const outbox: Array<Uint8Array> = []
   let outboxBytes = 0
   let flushScheduled = false
-  const flush = () => {
-    flushScheduled = false
+  const sendOutbox = () => {
     if (outbox.length === 0) return
     const message = outbox.length === 1 ? outbox[0]! : Buffer.concat(outbox, outboxBytes)
     outbox.length = 0
     outboxBytes = 0
     if (ws.readyState === WebSocket.OPEN) ws.send(message)
   }
+  const endOfTurn = () => {
+    flushScheduled = false
+    sendOutbox()
+  }
   const close = (code: number, reason: string) => {
-    flush() // what was sent before closing (a Leave, final replies) still goes out
+    sendOutbox() // what was sent before closing (a Leave, final replies) still goes out
     if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) {
       ws.close(code, reason.slice(0, 120))
       // a dead peer never answers the closing handshake: do not keep the socket for 30 s
@@ -104,13 +107,16 @@ const makeConnection = (
       if (closed !== undefined || ws.readyState !== WebSocket.OPEN) return "closed"
       const bytes = Wire.encode(frame)
       if (bytes.byteLength > sendLimit) return "too-large"
-      if (outboxBytes + bytes.byteLength > batchLimit) flush()
+      if (!flushScheduled) {
+        // the first frame of a turn goes at once (no added latency); the rest of the turn batches
+        flushScheduled = true
+        setImmediate(endOfTurn)
+        ws.send(bytes)
+        return "ok"
+      }
+      if (outboxBytes + bytes.byteLength > batchLimit) sendOutbox()
       outbox.push(bytes)
       outboxBytes += bytes.byteLength
-      if (!flushScheduled) {
-        flushScheduled = true
-        setImmediate(flush)
-      }
       return "ok"
     },
     close,
@@ -165,6 +171,18 @@ const refuse = (ws: WebSocket, reason: string) => {
   setTimeout(() => ws.terminate(), 1_000).unref()
 }
 
+/**
+ * The server accepts messages up to `MAX_HANDSHAKE_FRAME_BYTES` until the peer has proved it
+ * knows the secret, so a stranger cannot make the node buffer a 64 MiB message. `ws` has no
+ * per-connection setting for this; its receiver keeps the limit in `_maxPayload` (ws 8.x, pinned).
+ */
+const raiseFrameLimit = (ws: WebSocket, maxFrameBytes: number): boolean => {
+  const receiver = (ws as unknown as { _receiver?: { _maxPayload?: unknown } })._receiver
+  if (receiver === undefined || typeof receiver._maxPayload !== "number") return false
+  receiver._maxPayload = maxFrameBytes
+  return true
+}
+
 const accept = (options: ServerOptions, ws: WebSocket, remote: string) => {
   const hs = Handshake.challenge(options.secret, options.self())
   let connection: ReturnType<typeof makeConnection> | undefined
@@ -200,6 +218,10 @@ const accept = (options: ServerOptions, ws: WebSocket, remote: string) => {
       options.logs.warn(`refused connection from ${remote}: ${result.left}`)
       return refuse(ws, result.left)
     }
+    if (!raiseFrameLimit(ws, options.maxFrameBytes)) {
+      options.logs.warn("cannot raise the websocket frame limit after the handshake (ws internals changed?)")
+      return refuse(ws, "internal error")
+    }
     ws.send(Wire.encode(result.right.welcome))
     connection = makeConnection(ws, result.right.peer, false, remote, options.maxFrameBytes, options.logs)
     options.onConnection(connection)
@@ -224,7 +246,8 @@ export const listen = (options: ServerOptions): Effect.Effect<{ readonly host: s
         if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n")
         socket.destroy()
       })
-      const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false })
+      // Until a peer has authenticated it may only send handshake-sized messages (see `accept`).
+      const wss = new WebSocketServer({ noServer: true, maxPayload: Wire.MAX_HANDSHAKE_FRAME_BYTES, perMessageDeflate: false })
       server.on("upgrade", (req, socket: Duplex, head) => {
         socket.on("error", () => socket.destroy())
         const path = (req.url ?? "").split("?")[0]

@@ -11,16 +11,19 @@ import { Effect, Layer } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type Running, startGateway } from "./harness.js"
-import { makePolicy } from "./policy.js"
+import { tinyPolicy, type TinyPolicy } from "./policy.js"
 
-const LONG = "It is sunny in Paris and the weather is sunny. ".repeat(8)
-const policy = makePolicy(() => LONG)
+/** Long enough to be mid-generation when the pause comes (no stop ids: every call runs to it). */
+const TOKENS = 300
+let policy: TinyPolicy
 let gw: Running
 beforeAll(async () => {
+  policy = await tinyPolicy({ contextLength: 1024, stopIds: [] })
   gw = await startGateway(policy.backend)
 })
 afterAll(async () => {
   await gw?.close()
+  await policy?.close()
 })
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -47,15 +50,20 @@ describe("pause gate", () => {
       const a = await gw.attempt()
       const openai = new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 })
       const before = (await gw.gateway.state.pipe(Effect.runPromise)).version
+      const request = (i: number) => ({ model: policy.modelId, messages: [{ role: "user" as const, content: `call ${i}` }], max_tokens: TOKENS })
       const call = async (i: number): Promise<Outcome> => {
         try {
           if (i % 2 === 0) {
-            let text = ""
-            for await (const c of await openai.chat.completions.create({ model: policy.modelId, messages: [{ role: "user", content: `call ${i}` }], stream: true })) text += c.choices[0]?.delta.content ?? ""
-            return { ok: text === LONG }
+            let tokens = 0
+            let finish: string | null = null
+            for await (const c of await openai.chat.completions.create({ ...request(i), stream: true })) {
+              tokens += (c.choices[0] as unknown as { token_ids?: Array<number> } | undefined)?.token_ids?.length ?? 0
+              finish = c.choices[0]?.finish_reason ?? finish
+            }
+            return { ok: tokens === TOKENS && finish === "length" }
           }
-          const r = await openai.chat.completions.create({ model: policy.modelId, messages: [{ role: "user", content: `call ${i}` }] })
-          return { ok: r.choices[0]!.message.content === LONG }
+          const r = await openai.chat.completions.create(request(i))
+          return { ok: r.usage!.completion_tokens === TOKENS && r.choices[0]!.finish_reason === "length" }
         } catch (e) {
           return { ok: false, status: (e as { status?: number }).status }
         }
@@ -78,7 +86,7 @@ describe("pause gate", () => {
       const held = await waitFor((s) => s.held === 8)
       expect(held).toMatchObject({ paused: true, held: 8, in_flight: mode === "drain" ? 0 : 8 })
       // The weight update.
-      policy.setVersion(before + 1)
+      expect(await policy.bumpVersion()).toBe(before + 1)
       const resumed = await gw.admin("/api/gateway/resume", { body: {} })
       expect(resumed.json).toMatchObject({ paused: false, version: before + 1 })
       expect(resumed.status).toBe(200)
@@ -89,6 +97,7 @@ describe("pause gate", () => {
       expect(calls).toHaveLength(16)
       for (const c of calls) {
         expect(c.status).toBe(200)
+        expect(c.versions).toHaveLength(TOKENS)
         // Versions never go back, and every token sampled after the resume is the new version.
         for (let i = 1; i < c.versions.length; i++) expect(c.versions[i]).toBeGreaterThanOrEqual(c.versions[i - 1])
         // Calls sent during the pause waited at the gate: every token they got is from the new weights.
@@ -115,7 +124,7 @@ describe("pause gate", () => {
       const res = await fetch(`${short.url}/v1/chat/completions`, {
         method: "POST",
         headers: { authorization: `Bearer ${a.key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: policy.modelId, messages: [{ role: "user", content: "hi" }] })
+        body: JSON.stringify({ model: policy.modelId, messages: [{ role: "user", content: "hi" }], max_tokens: 4 })
       })
       expect(res.status).toBe(503)
       expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0)

@@ -1,26 +1,168 @@
 /**
- * The policy the engine-path tests serve: a tokenizer trained on a small corpus in the test, the
- * default chat template, and a generator. PLACEHOLDER until the policy engine lands: the
- * generator below is the dev one from /tmp and will be replaced by a tiny freshly initialised
- * model behind the real engine.
+ * The policy the engine-path tests serve, all real parts: a byte-level BPE tokenizer trained on
+ * a small corpus here, the default chat template, a tiny freshly initialised transformer and the
+ * policy's generation engine. An untrained model samples noise, so tests that need the model to
+ * *behave* (call a tool, then answer) first teach it their conversations: a few hundred SFT
+ * steps of the real training code until greedy decoding reproduces every reply exactly.
  */
-import { Gateway, type PromptFormat } from "@reins/gateway"
-import { ChatTemplate, trainBpe } from "@reins/policy"
-import { Layer } from "effect"
-import { devGenerator } from "./zz_devgen.js"
+import { EngineGenerator, Gateway, Generator, type PromptFormat } from "@reins/gateway"
+import {
+  AdamW,
+  ChatTemplate,
+  type GenerationEngine,
+  initBackend,
+  makeConfig,
+  makeEngine,
+  packSequences,
+  parseToolCalls,
+  type Tokenizer,
+  trainBpe,
+  trainStep,
+  Transformer
+} from "@reins/policy"
+import { type ChatMessage, type ChatTool, GenerateRequest, SamplingParams } from "@reins/protocol"
+import { Chunk, Effect, Exit, Layer, Scope, Stream } from "effect"
 
-export const CORPUS = [
-  "The weather in Paris is sunny. The weather in London is rainy.",
-  'I will call a tool: <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
-  "system user assistant tool You are a helpful assistant. What is the weather? It is sunny.",
+/** One reply the model must learn: after `add` is appended to the conversation, it answers `reply`. */
+export interface Step {
+  readonly add: ReadonlyArray<ChatMessage>
+  /** The model's text (tool calls as `<tool_call>…</tool_call>`). */
+  readonly reply: string
+}
+
+export interface Conversation {
+  readonly tools?: ReadonlyArray<ChatTool>
+  readonly steps: ReadonlyArray<Step>
+}
+
+/** The id the tiny policy is served under. */
+export const MODEL_ID = "tiny-policy"
+
+export interface TinyPolicy {
+  readonly modelId: string
+  readonly format: PromptFormat
+  readonly tokenizer: Tokenizer
+  readonly engine: GenerationEngine
+  readonly model: Transformer
+  readonly backend: Layer.Layer<Gateway.GatewayBackend>
+  /** The same engine behind another chat template. */
+  readonly backendWith: (template: ChatTemplate) => Layer.Layer<Gateway.GatewayBackend>
+  /** The weight update of the tests: the same weights as a new policy version. */
+  readonly bumpVersion: () => Promise<number>
+  readonly close: () => Promise<void>
+}
+
+const BASE_CORPUS = [
+  "The weather in Paris is sunny. The weather in London is rainy. It is sunny in Paris. It is rainy in London.",
+  "Hello there, I am fine. How are you? Thanks! Great, thank you. What is the weather?",
+  "You are a helpful assistant. You are a weather bot. You are brief.",
   "0123456789 {}[]:,\" abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-].join("\n").repeat(20)
+].join("\n")
 
-export const makePolicy = (script: (prompt: string) => string, opts: { contextLength?: number } = {}) => {
-  const tokenizer = trainBpe(CORPUS, { vocabSize: 400 })
+/** A training example: exact prompt ids (as the Gateway will build them) and the reply ids. */
+interface Example {
+  readonly prompt: Int32Array
+  readonly output: Int32Array
+}
+
+/** The exact prompt of every step, built the way the Gateway builds them (reusing earlier ids). */
+const examplesOf = (tokenizer: Tokenizer, template: ChatTemplate, conversation: Conversation): Array<Example> => {
+  const options = { tools: conversation.tools, addGenerationPrompt: true }
+  const messages: Array<ChatMessage> = []
+  const examples: Array<Example> = []
+  let previous: { readonly promptIds: Int32Array; readonly outputIds: Int32Array } | null = null
+  let start = 0
+  conversation.steps.forEach((step, n) => {
+    messages.push(...step.add)
+    const prompt = previous === null ? template.encode(tokenizer, messages, options) : template.continuePrompt(tokenizer, previous, messages, start, options)
+    const output = Int32Array.from([...tokenizer.encode(step.reply, { allowSpecial: true }), tokenizer.eosId])
+    examples.push({ prompt, output })
+    const parsed = parseToolCalls(step.reply, { makeId: (i) => `call_${n}_${i}` })
+    messages.push({
+      role: "assistant",
+      content: parsed.content === "" && parsed.toolCalls.length > 0 ? null : parsed.content,
+      ...(parsed.toolCalls.length > 0
+        ? { tool_calls: parsed.toolCalls.map((c) => ({ id: c.id, type: "function" as const, function: { name: c.name, arguments: c.arguments } })) }
+        : {})
+    })
+    previous = { promptIds: prompt, outputIds: output }
+    start = messages.length
+  })
+  return examples
+}
+
+const greedy = (maxTokens: number) => new SamplingParams({ maxTokens, temperature: 0, topP: 1, topK: 0, stop: [], topLogprobs: 0 })
+
+const same = (a: ArrayLike<number>, b: ArrayLike<number>) => a.length === b.length && Array.from(a).every((v, i) => v === b[i])
+
+/** SFT until greedy decoding reproduces every example (bounded; fails loudly if it does not). */
+const memorize = async (model: Transformer, engine: GenerationEngine, examples: ReadonlyArray<Example>, maxSteps: number) => {
+  const sequences = examples.map(({ prompt, output }) => {
+    const tokens = Int32Array.from([...prompt, ...output])
+    const weights = new Float32Array(tokens.length).fill(1, prompt.length)
+    return { tokens, weights }
+  })
+  const batches = packSequences(sequences, { maxTokens: 4096, maxSeqLen: model.config.contextLength })
+  const optimizer = new AdamW(model.params, { lr: 4e-3, maxGradNorm: 1 })
+  const reproduces = async () => {
+    for (const e of examples) {
+      const chunks = await Effect.runPromise(Stream.runCollect(engine.generate(new GenerateRequest({ requestId: crypto.randomUUID(), promptIds: e.prompt, params: greedy(e.output.length + 2) }))))
+      const ids = Chunk.toReadonlyArray(chunks).flatMap((c) => Array.from(c.outputIds))
+      if (!same(ids, e.output)) return false
+    }
+    return true
+  }
+  for (let step = 1; step <= maxSteps; step++) {
+    const stats = trainStep(model, optimizer, batches, { kind: "sft" })
+    const perToken = stats.loss / Math.max(1, stats.tokens)
+    if (step % 10 === 0 && perToken < 0.05) {
+      await Effect.runPromise(engine.setWeights(model.version, model))
+      if (await reproduces()) return step
+    }
+  }
+  throw new Error(`the tiny model did not learn its ${examples.length} replies in ${maxSteps} steps`)
+}
+
+/**
+ * A tiny policy on the real engine; `conversations` are taught to it first (if any).
+ */
+export const tinyPolicy = async (
+  options: {
+    readonly conversations?: ReadonlyArray<Conversation>
+    readonly contextLength?: number
+    readonly maxSteps?: number
+    /** Ids that end a generation (default: the tokenizer's; `[]` makes every generation run to max_tokens). */
+    readonly stopIds?: ReadonlyArray<number>
+  } = {}
+): Promise<TinyPolicy> => {
+  await initBackend()
   const template = ChatTemplate.default()
+  const conversations = options.conversations ?? []
+  // Teach the tokenizer the rendered training conversations, so prompts stay short.
+  const rendered = conversations.map((c) => template.render(c.steps.flatMap((s) => s.add), { tools: c.tools }))
+  const tokenizer = trainBpe([BASE_CORPUS, ...rendered, ...conversations.flatMap((c) => c.steps.map((s) => s.reply))].join("\n").repeat(3), { vocabSize: 640 })
+  const config = makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 64, nLayers: 2, nHeads: 2, dFf: 128, contextLength: options.contextLength ?? 512 })
+  const model = Transformer.init(config, 7)
+  const scope = Effect.runSync(Scope.make())
+  const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, tokenizer, ...(options.stopIds ? { stopIds: options.stopIds } : {}) }), scope))
+  const examples = conversations.flatMap((c) => examplesOf(tokenizer, template, c))
+  if (examples.length > 0) await memorize(model, engine, examples, options.maxSteps ?? 600)
+  let version = model.version
+  const generator = EngineGenerator.fromEngine(engine, { id: MODEL_ID, contextLength: config.contextLength, defaultMaxTokens: 64 })
   const format: PromptFormat = { tokenizer, template }
-  const dev = devGenerator(tokenizer, script, opts)
-  const backend = Gateway.engineBackend(format).pipe(Layer.provide(dev.layer))
-  return { format, backend, setVersion: dev.state.setVersion as (v: number) => void, modelId: "dev-model" }
+  return {
+    modelId: MODEL_ID,
+    format,
+    tokenizer,
+    engine,
+    model,
+    backend: Gateway.engineBackend(format).pipe(Layer.provide(Layer.succeed(Generator, generator))),
+    backendWith: (other) => Gateway.engineBackend({ tokenizer, template: other }).pipe(Layer.provide(Layer.succeed(Generator, generator))),
+    bumpVersion: async () => {
+      version += 1
+      await Effect.runPromise(engine.setWeights(version, model))
+      return version
+    },
+    close: () => Effect.runPromise(Scope.close(scope, Exit.void))
+  }
 }

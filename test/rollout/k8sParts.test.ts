@@ -6,7 +6,7 @@ import type { V1Job, V1Pod } from "@kubernetes/client-node"
 import { describe, expect, it } from "@effect/vitest"
 import {
   buildJob,
-  classify,
+  classifyJob,
   defaultJobTemplate,
   jobName,
   type JobTemplateParams,
@@ -153,23 +153,23 @@ describe("verdicts", () => {
 
   it("maps Job conditions and pod states to outcomes", () => {
     const obs = (j: V1Job | null, pods: Array<V1Pod> = [], jobGone = false) => ({ job: j, pods, jobGone })
-    expect(classify(obs(job([])))).toEqual({ _tag: "Running" })
-    expect(classify(obs(job([{ type: "Complete" }])))).toEqual({ _tag: "Succeeded", exitCode: 0 })
+    expect(classifyJob(obs(job([])))).toEqual({ _tag: "Running" })
+    expect(classifyJob(obs(job([{ type: "Complete" }])))).toEqual({ _tag: "Succeeded", exitCode: 0 })
     const exited = pod({ phase: "Failed", containerStatuses: [{ name: "h", image: "i", imageID: "", ready: false, restartCount: 0, state: { terminated: { exitCode: 3 } } }] })
-    expect(classify(obs(job([{ type: "Failed", reason: "BackoffLimitExceeded" }]), [exited]))).toMatchObject({ _tag: "Failed", reason: "exit", exitCode: 3 })
-    expect(classify(obs(job([{ type: "Failed", reason: "DeadlineExceeded" }])))).toMatchObject({ _tag: "Failed", reason: "timeout" })
+    expect(classifyJob(obs(job([{ type: "Failed", reason: "BackoffLimitExceeded" }]), [exited]))).toMatchObject({ _tag: "Failed", reason: "exit", exitCode: 3 })
+    expect(classifyJob(obs(job([{ type: "Failed", reason: "DeadlineExceeded" }])))).toMatchObject({ _tag: "Failed", reason: "timeout" })
     const oom = pod({ phase: "Failed", containerStatuses: [{ name: "h", image: "i", imageID: "", ready: false, restartCount: 0, state: { terminated: { exitCode: 137, reason: "OOMKilled" } } }] })
-    expect(classify(obs(job([{ type: "Failed", reason: "BackoffLimitExceeded" }]), [oom]))).toMatchObject({ _tag: "Infra", reason: "oom-killed", retryable: true })
-    expect(classify(obs(job([]), [pod({ phase: "Failed", reason: "Evicted", message: "low on memory" })]))).toMatchObject({ _tag: "Infra", reason: "evicted" })
-    expect(classify(obs(job([]), [pod({ phase: "Running", conditions: [{ type: "DisruptionTarget", status: "True", reason: "PreemptionByScheduler" }] })]))).toMatchObject({ _tag: "Infra", reason: "evicted" })
-    expect(classify(obs(job([]), [pod({ phase: "Unknown", reason: "NodeLost" })]))).toMatchObject({ _tag: "Infra", reason: "node-lost" })
+    expect(classifyJob(obs(job([{ type: "Failed", reason: "BackoffLimitExceeded" }]), [oom]))).toMatchObject({ _tag: "Infra", reason: "oom-killed", retryable: true })
+    expect(classifyJob(obs(job([]), [pod({ phase: "Failed", reason: "Evicted", message: "low on memory" })]))).toMatchObject({ _tag: "Infra", reason: "evicted" })
+    expect(classifyJob(obs(job([]), [pod({ phase: "Running", conditions: [{ type: "DisruptionTarget", status: "True", reason: "PreemptionByScheduler" }] })]))).toMatchObject({ _tag: "Infra", reason: "evicted" })
+    expect(classifyJob(obs(job([]), [pod({ phase: "Unknown", reason: "NodeLost" })]))).toMatchObject({ _tag: "Infra", reason: "node-lost" })
     const pull = pod({ phase: "Pending", containerStatuses: [{ name: "h", image: "i", imageID: "", ready: false, restartCount: 0, state: { waiting: { reason: "ImagePullBackOff" } } }] })
-    expect(classify(obs(job([]), [pull]))).toMatchObject({ _tag: "Infra", reason: "image-pull", retryable: true })
+    expect(classifyJob(obs(job([]), [pull]))).toMatchObject({ _tag: "Infra", reason: "image-pull", retryable: true })
     const secret = pod({ phase: "Pending", containerStatuses: [{ name: "h", image: "i", imageID: "", ready: false, restartCount: 0, state: { waiting: { reason: "CreateContainerConfigError", message: `secret "k" not found` } } }] })
-    expect(classify(obs(job([]), [secret]))).toMatchObject({ _tag: "Infra", reason: "invalid-spec", retryable: false })
-    expect(classify(obs(job([]), [], true))).toMatchObject({ _tag: "Infra", reason: "lost" })
+    expect(classifyJob(obs(job([]), [secret]))).toMatchObject({ _tag: "Infra", reason: "invalid-spec", retryable: false })
+    expect(classifyJob(obs(job([]), [], true))).toMatchObject({ _tag: "Infra", reason: "lost" })
     // A Job that completed before it was deleted (TTL) still succeeded.
-    expect(classify(obs(job([{ type: "Complete" }]), [], true))).toMatchObject({ _tag: "Succeeded" })
+    expect(classifyJob(obs(job([{ type: "Complete" }]), [], true))).toMatchObject({ _tag: "Succeeded" })
   })
 })
 

@@ -119,6 +119,13 @@ describe("a node under bad input", () => {
       const preAuthCode = await new Promise<number>((done) => preAuth.on("close", (code) => done(code)))
       expect(preAuthCode).toBe(4001)
 
+      // a stranger cannot make the node buffer a big message: the limit before the handshake is tiny
+      const bigHello = new WebSocket(`${address}/reins`)
+      bigHello.on("error", () => {})
+      await new Promise((r) => bigHello.once("message", r))
+      bigHello.send(new Uint8Array(Wire.MAX_HANDSHAKE_FRAME_BYTES + 1))
+      expect(await new Promise<number>((done) => bigHello.on("close", (code) => done(code)))).toBe(1009)
+
       // after the handshake: bytes that are not msgpack, a frame of an unknown kind, an oversized frame
       const notMsgpack = await authenticated(address, secret)
       notMsgpack.ws.send(Buffer.from([0xc1, 0xc1, 0xc1]))

@@ -148,9 +148,15 @@ const nodeServer = () => {
   // `close` waits for open responses; endless ones (the event stream) are cut after a grace period.
   const close = server.close.bind(server)
   server.close = ((callback?: (err?: Error) => void) => {
-    close(callback)
+    // Kept-alive sockets become idle as their last response ends: close them as they do.
+    const idle = setInterval(() => server.closeIdleConnections(), 50)
+    const all = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS)
+    close((err?: Error) => {
+      clearInterval(idle)
+      clearTimeout(all)
+      callback?.(err)
+    })
     server.closeIdleConnections()
-    setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS).unref()
     return server
   }) as typeof server.close
   return server

@@ -5,6 +5,7 @@
 export * as Gateway from "./Gateway.js"
 export { Generator, GenerateError, type GeneratorService, type ModelInfo } from "./generator/Generator.js"
 export * as Upstream from "./generator/Upstream.js"
+export * as EngineGenerator from "./generator/EngineGenerator.js"
 export * as PauseGate from "./gate/PauseGate.js"
 export * as Metrics from "./metrics.js"
 export { Store, type StoreService, type IssuedAttempt, type NewCall, type NewReward, type NewRollout, type RolloutDetail, type RolloutPage, type RolloutQuery } from "./store/Store.js"

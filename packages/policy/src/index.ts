@@ -1,2 +1,34 @@
 export * from "./tokenizer/index.js"
 export * from "./chat/index.js"
+export { initBackend, backendName, BackendError, BACKENDS, type BackendName } from "./backend.js"
+export { Rng, randomSeed } from "./random.js"
+export { ModelConfig, makeConfig, decodeConfig, encodeConfig, parameterShapes, parameterCount, forwardFlops } from "./model/config.js"
+export { Transformer, WeightsError, initWeights, checkWeights, segmentStarts, type TokenBatch, type TfKvCache, type Weights } from "./model/transformer.js"
+export { DecodeWeights, FastDecoder, KvCache, type Chunk as DecodeChunk, type GemmKind } from "./model/fastDecode.js"
+export { defaultModelConfig, createDefaultModel, initModelDir, ensureModelDir, type InitModelDirOptions } from "./model/defaults.js"
+export { packSequences, unpack, PackingError, type TrainingSequence, type MicroBatch, type PackOptions, type Placement } from "./train/microbatch.js"
+export { sftLoss, policyGradientLoss, pgStats, importanceWeights, DEFAULT_PG, type Objective, type PgSettings, type PgStats, type LossOutput } from "./train/losses.js"
+export { AdamW, OptimizerError, schedule, type Schedule, type ScheduleOptions, type AdamWOptions, type UpdateStats } from "./train/optimizer.js"
+export { trainStep, microBatchGradients, scoreSequences, type StepStats } from "./train/step.js"
+export { encodeSafetensors, decodeSafetensors, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"
+export {
+  loadModelDir,
+  saveModelDir,
+  loadModel,
+  saveModel,
+  saveOptimizerState,
+  loadOptimizerState,
+  CheckpointError,
+  GenerationConfig,
+  CONFIG_FILE,
+  WEIGHTS_FILE,
+  GENERATION_CONFIG_FILE,
+  OPTIMIZER_FILE,
+  type ModelDir,
+  type OptimizerState
+} from "./checkpoint/modelDir.js"
+export { Sampler, logSoftmax, type SamplerSettings, type Sampled } from "./engine/sampler.js"
+export { StopMatcher } from "./engine/stops.js"
+export { FastEngineDecoder, TfDecoder, type Decoder, type DecoderCache } from "./engine/decoder.js"
+export { Scheduler, EngineError, type Sink, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"
+export { makeEngine, Engine, generateAll, collectChunks, type EngineOptions, type GenerationEngine, type Generation } from "./engine/engine.js"

@@ -146,6 +146,8 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       yield* recordError(env, ctx, error, body)
       return yield* Effect.fail(error)
     }
+    const T = (globalThis as any).__U ??= { gate: 0, turns: 0, post: 0, read: 0, record: 0, n: 0 }
+    let t = performance.now()
     const admission = yield* env.gate.enter.pipe(
       Effect.catchTags({
         HeldTooLong: (e) => {
@@ -155,8 +157,10 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
         GateClosed: () => Effect.fail(shuttingDown())
       })
     )
+    T.gate += performance.now() - t; t = performance.now()
     const startedAt = Date.now()
     const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
+    T.turns += performance.now() - t; t = performance.now()
     const { forward, stripLogprobs } = forwardBody(upstream, ctx, body)
     const g = new Gathered(ctx.endpoint === "chat.completions")
 
@@ -205,6 +209,7 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       Effect.tapError((error) => Effect.zipRight(recordError(env, ctx, error, body, { heldMs: admission.heldMs, startedAt }), admission.release)),
       Effect.onInterrupt(() => admission.release)
     )
+    T.post += performance.now() - t; t = performance.now()
     const streamed = body.stream === true && res.status === 200 && res.contentType.includes("text/event-stream")
     if (streamed) return relay(res, g, stripLogprobs, record, () => recordError(env, ctx, upstreamError("the upstream stream failed"), body), admission.release)
 
@@ -227,7 +232,10 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       }
       g.addBody(json)
       g.firstTokenAt = Date.now()
+      T.read += performance.now() - t; t = performance.now()
       yield* record(200, json, null)
+      T.record += performance.now() - t; T.n++
+      if (T.n % 1000 === 0) { const n = T.n; console.log(JSON.stringify(Object.fromEntries(Object.entries(T).map(([k, v]: any) => [k, v / n])))) }
       return stripLogprobs
         ? HttpServerResponse.unsafeJson(stripChoiceLogprobs(json))
         : HttpServerResponse.text(text, { contentType: "application/json" })

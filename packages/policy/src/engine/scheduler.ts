@@ -290,7 +290,9 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
         ...(s.topIds !== undefined ? { topIds: s.topIds, topLogprobs: s.topLogprobs! } : {}),
         ...(finish !== undefined ? { finishReason: finish } : {}),
         ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
-      })
+      },
+      true // built from values checked here; skip per-token schema validation
+      )
     )
     if (finish !== undefined) {
       this.running = this.running.filter((r) => r !== seq)
@@ -313,4 +315,4 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
 }
 
 const emptyChunk = (finishReason: FinishReason): GenerateChunk =>
-  new GenerateChunk({ outputIds: new Int32Array(0), logprobs: new Float32Array(0), versions: new Int32Array(0), finishReason })
+  new GenerateChunk({ outputIds: new Int32Array(0), logprobs: new Float32Array(0), versions: new Int32Array(0), finishReason }, true)

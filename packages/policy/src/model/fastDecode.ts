@@ -114,7 +114,7 @@ export class DecodeWeights {
 /** Keys (rotated) and values of one sequence: [capacity, d] per layer. */
 export class KvCache {
   length = 0
-  readonly keys: Array<Float32Array>
+  readonly keys: Array<Float64Array>
   readonly values: Array<Float32Array>
 
   constructor(
@@ -122,7 +122,7 @@ export class KvCache {
     layers: number,
     d: number
   ) {
-    this.keys = Array.from({ length: layers }, () => new Float32Array(capacity * d))
+    this.keys = Array.from({ length: layers }, () => new Float64Array(capacity * d))
     this.values = Array.from({ length: layers }, () => new Float32Array(capacity * d))
   }
 }
@@ -136,6 +136,7 @@ export interface Chunk {
 export class FastDecoder {
   private readonly scratch = new Scratch()
   private readonly rope: RopeTable | undefined
+  private q = new Float64Array(0)
 
   constructor(private weights: DecodeWeights) {
     const c = weights.config
@@ -275,7 +276,7 @@ export class FastDecoder {
     let R = 0
     for (const ch of chunks) R += ch.ids.length
     const out = this.scratch.get("att", R * d)
-    const q = this.scratch.get("q", d)
+    const q = this.q.length === d ? this.q : (this.q = new Float64Array(d))
     const scores = this.scratch.get("scores", c.contextLength)
     let r = 0
     for (const ch of chunks) {
@@ -293,31 +294,8 @@ export class FastDecoder {
         const pos = ch.cache.length + i
         q.set(qkv.subarray(r * 3 * d, r * 3 * d + d))
         if (this.rope !== undefined) rotate(q, 0, pos, H, this.rope)
-        for (let h = 0; h < H; h++) {
-          const ho = h * hd
-          let max = -Infinity
-          for (let j = 0; j <= pos; j++) {
-            const ko = j * d + ho
-            let s = 0
-            for (let t = 0; t < hd; t++) s += q[ho + t]! * keys[ko + t]!
-            s *= scale
-            scores[j] = s
-            if (s > max) max = s
-          }
-          let sum = 0
-          for (let j = 0; j <= pos; j++) {
-            const e = Math.exp(scores[j]! - max)
-            scores[j] = e
-            sum += e
-          }
-          const o = r * d + ho
-          for (let t = 0; t < hd; t++) out[o + t] = 0
-          for (let j = 0; j <= pos; j++) {
-            const p = scores[j]! / sum
-            const vo = j * d + ho
-            for (let t = 0; t < hd; t++) out[o + t]! += p * values[vo + t]!
-          }
-        }
+        for (let t = 0; t < d; t++) q[t]! *= scale
+        for (let h = 0; h < H; h++) attendHead(q, keys, values, pos, d, h * hd, hd, scores, out, r * d + h * hd)
       }
     }
     return out
@@ -349,8 +327,71 @@ export class FastDecoder {
   }
 }
 
+/**
+ * One head of one query row over a cache: softmax(q·Kᵀ)·V over positions 0..pos, written to
+ * out[o .. o + hd). q is already scaled. Unrolled by 4 keys so each output element is loaded
+ * and stored once per 4 value rows (the hot loop of decoding).
+ */
+const attendHead = (
+  q: Float64Array,
+  keys: Float64Array,
+  values: Float32Array,
+  pos: number,
+  d: number,
+  ho: number,
+  hd: number,
+  scores: Float32Array,
+  out: Float32Array,
+  o: number
+): void => {
+  let max = -Infinity
+  for (let j = 0; j <= pos; j++) {
+    const ko = j * d + ho
+    let s0 = 0
+    let s1 = 0
+    let s2 = 0
+    let s3 = 0
+    let t = 0
+    for (; t + 4 <= hd; t += 4) {
+      s0 += q[ho + t]! * keys[ko + t]!
+      s1 += q[ho + t + 1]! * keys[ko + t + 1]!
+      s2 += q[ho + t + 2]! * keys[ko + t + 2]!
+      s3 += q[ho + t + 3]! * keys[ko + t + 3]!
+    }
+    for (; t < hd; t++) s0 += q[ho + t]! * keys[ko + t]!
+    const s = s0 + s1 + s2 + s3
+    scores[j] = s
+    if (s > max) max = s
+  }
+  let sum = 0
+  for (let j = 0; j <= pos; j++) {
+    const e = Math.exp(scores[j]! - max)
+    scores[j] = e
+    sum += e
+  }
+  const inv = 1 / sum
+  out.fill(0, o, o + hd)
+  let j = 0
+  for (; j + 4 <= pos + 1; j += 4) {
+    const p0 = scores[j]! * inv
+    const p1 = scores[j + 1]! * inv
+    const p2 = scores[j + 2]! * inv
+    const p3 = scores[j + 3]! * inv
+    const v0 = j * d + ho
+    const v1 = v0 + d
+    const v2 = v1 + d
+    const v3 = v2 + d
+    for (let t = 0; t < hd; t++) out[o + t]! += p0 * values[v0 + t]! + p1 * values[v1 + t]! + p2 * values[v2 + t]! + p3 * values[v3 + t]!
+  }
+  for (; j <= pos; j++) {
+    const p = scores[j]! * inv
+    const vo = j * d + ho
+    for (let t = 0; t < hd; t++) out[o + t]! += p * values[vo + t]!
+  }
+}
+
 /** Rotary embedding of one row (all heads) of `a` starting at `offset`, at position `pos`. */
-const rotate = (a: Float32Array, offset: number, pos: number, heads: number, table: RopeTable): void => {
+const rotate = (a: Float32Array | Float64Array, offset: number, pos: number, heads: number, table: RopeTable): void => {
   const half = table.half
   const t = pos * half
   for (let h = 0; h < heads; h++) {

@@ -122,7 +122,15 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     const startedAt = Date.now()
 
     const child = yield* Effect.async<ReturnType<typeof spawn>, SpawnError>((resume) => {
-      const c = spawn(file, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
+      let c: ReturnType<typeof spawn>
+      try {
+        c = spawn(file, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
+      } catch (e) {
+        // Invalid arguments (a NUL byte in argv or env, ...) throw instead of emitting 'error'.
+        stdout.close()
+        stderr.close()
+        return resume(Effect.fail(new SpawnError({ reason: "spawn", code: (e as NodeJS.ErrnoException).code ?? null, command: file, message: spawnErrorMessage(file, e as NodeJS.ErrnoException) })))
+      }
       stdout.follow(c.stdout!)
       stderr.follow(c.stderr!)
       c.once("exit", (code, signal) => Deferred.unsafeDone(leaderExit, Exit.succeed({ code, signal })))
@@ -142,7 +150,7 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     }
 
     let killed = false // SIGKILL already sent to the group
-    /** SIGTERM the group, give it `graceMs`, then SIGKILL; true when the leader exited within the grace. */
+    /** SIGTERM the group, give the leader `graceMs` to exit, then SIGKILL the group. */
     const terminate = Effect.gen(function*() {
       signalGroup(pgid, "SIGTERM")
       const exited = yield* Deferred.await(leaderExit).pipe(Effect.timeoutOption(Duration.millis(spec.graceMs)))

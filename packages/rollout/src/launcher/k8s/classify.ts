@@ -15,13 +15,13 @@
 import type { V1ContainerStatus, V1Job, V1Pod } from "@kubernetes/client-node"
 import type { FailureReason, InfraReason } from "@reins/protocol"
 
-export type Verdict =
+export type JobVerdict =
   | { readonly _tag: "Running" }
   | { readonly _tag: "Succeeded"; readonly exitCode: number }
   | { readonly _tag: "Failed"; readonly reason: FailureReason; readonly exitCode: number | null; readonly message: string }
   | { readonly _tag: "Infra"; readonly reason: InfraReason; readonly retryable: boolean; readonly message: string }
 
-export interface Observation {
+export interface JobObservation {
   /** Last state of the Job seen (null: not seen yet). */
   readonly job: V1Job | null
   /** The Job was deleted (watch DELETED, or confirmed missing). */
@@ -29,7 +29,7 @@ export interface Observation {
   readonly pods: ReadonlyArray<V1Pod>
 }
 
-const running: Verdict = { _tag: "Running" }
+const running: JobVerdict = { _tag: "Running" }
 
 const IMAGE_PULL = new Set(["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"])
 const EVICTED = new Set(["Evicted", "Preempting", "Terminated", "Shutdown", "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"])
@@ -42,7 +42,7 @@ const statuses = (pod: V1Pod): ReadonlyArray<V1ContainerStatus> => [
 const podName = (pod: V1Pod) => pod.metadata?.name ?? "(pod)"
 
 /** Infrastructure trouble visible on a pod, whatever state the Job is in. */
-export const podInfraVerdict = (pod: V1Pod): Verdict | null => {
+export const podInfraVerdict = (pod: V1Pod): JobVerdict | null => {
   const status = pod.status
   if (status?.reason === "NodeLost") return { _tag: "Infra", reason: "node-lost", retryable: true, message: `pod ${podName(pod)}: node lost: ${status.message ?? ""}`.trim() }
   if (status?.reason !== undefined && EVICTED.has(status.reason) && status.phase === "Failed") {
@@ -81,7 +81,7 @@ export const harnessExitCode = (pods: ReadonlyArray<V1Pod>, container: string | 
 
 const condition = (job: V1Job, type: string) => job.status?.conditions?.find((c) => c.type === type && c.status === "True")
 
-export const classify = (obs: Observation, container?: string): Verdict => {
+export const classifyJob = (obs: JobObservation, container?: string): JobVerdict => {
   for (const pod of obs.pods) {
     const infra = podInfraVerdict(pod)
     if (infra !== null) return infra

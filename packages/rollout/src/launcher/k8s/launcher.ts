@@ -37,7 +37,7 @@ import { taskInputJson } from "../../harness/env.js"
 import { requireKubernetes } from "../../harness/spec.js"
 import type { AdoptedAttempt, AttemptHandle, AttemptSpec, Launcher } from "../Launcher.js"
 import { defaultRetry, type KubeRequestError, makeKubeApi, type RetryPolicy } from "./api.js"
-import { classify, type Verdict } from "./classify.js"
+import { classifyJob, type JobVerdict } from "./classify.js"
 import { type KubeConfigSource, loadKubeConfig } from "./config.js"
 import { capturePodLogs } from "./logs.js"
 import {
@@ -95,7 +95,7 @@ interface Followed {
   readonly files: AttemptFiles
 }
 
-type Decision = Verdict | { readonly _tag: "Cancel"; readonly reason: string } | { readonly _tag: "GiveUp" }
+type Decision = JobVerdict | { readonly _tag: "Cancel"; readonly reason: string } | { readonly _tag: "GiveUp" }
 
 const toApiError = (e: KubeRequestError) => new KubernetesApiError({ operation: e.operation, status: e.status, message: e.message })
 
@@ -191,7 +191,7 @@ export const makeKubernetesLauncher = (
       Effect.gen(function*() {
         const decision: Decision = yield* Effect.raceAll([
           tracker.waitFor(f.name, (o) => {
-            const v = classify(o, f.container)
+            const v = classifyJob(o, f.container)
             return v._tag === "Running" ? Option.none() : Option.some<Decision>(v)
           }),
           Deferred.await(cancel).pipe(Effect.map((reason): Decision => ({ _tag: "Cancel", reason }))),
@@ -206,7 +206,8 @@ export const makeKubernetesLauncher = (
           // OOM-killed harness also fails its Job, but it is the infrastructure's failure).
           const pods = yield* Effect.either(api.listPods(f.namespace, `${LABEL_ATTEMPT}=${labelValue(f.attemptId)}`))
           if (pods._tag === "Right") tracker.setPods(f.name, pods.right.items)
-          final = classify(tracker.observe(f.name), f.container)
+          const fresh = classifyJob(tracker.observe(f.name), f.container)
+          if (fresh._tag !== "Running") final = fresh
         }
         const logs = yield* capturePodLogs({
           api,

@@ -10,7 +10,7 @@
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
 import { Deferred, Effect, Exit, FiberId, Option } from "effect"
 import type { KubeApi } from "./api.js"
-import type { Observation } from "./classify.js"
+import type { JobObservation } from "./classify.js"
 import { sortPods } from "./classify.js"
 import type { WatchEventType } from "./watch.js"
 
@@ -69,24 +69,25 @@ export class JobTracker {
     return this.entries.size
   }
 
-  observe(name: string): Observation {
+  observe(name: string): JobObservation {
     const e = this.entries.get(name)
     return e === undefined
       ? { job: null, jobGone: true, pods: [] }
       : { job: e.job, jobGone: e.jobGone, pods: sortPods(e.pods.values()) }
   }
 
-  /** Replaces what is known about a Job's pods with a fresh list (used right before the verdict is final). */
+  /** Merges a fresh list of a Job's pods (used right before the verdict is final). Pods gone since keep their last state. */
   setPods(name: string, pods: ReadonlyArray<V1Pod>): void {
     const e = this.entries.get(name)
     if (e === undefined) return
-    e.pods.clear()
-    for (const p of pods) if (p.metadata?.name) e.pods.set(p.metadata.name, p)
+    for (const p of pods) {
+      if (p.metadata?.name && supersedes(p, e.pods.get(p.metadata.name) ?? null)) e.pods.set(p.metadata.name, p)
+    }
     this.notify(e)
   }
 
   /** Waits until `pick` returns a value for the Job's observation. */
-  waitFor<A>(name: string, pick: (o: Observation) => Option.Option<A>): Effect.Effect<A> {
+  waitFor<A>(name: string, pick: (o: JobObservation) => Option.Option<A>): Effect.Effect<A> {
     const loop: Effect.Effect<A> = Effect.suspend(() => {
       const found = pick(this.observe(name))
       if (Option.isSome(found)) return Effect.succeed(found.value)

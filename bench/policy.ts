@@ -1,0 +1,211 @@
+/**
+ * `npm run bench -- policy [--quick]`: the policy model on this machine's tfjs backend.
+ *
+ * Model: ~1M parameters (vocab 512, d_model 128, 4 layers × 4 heads, d_ff 512, context 256).
+ *
+ *   peak     rank-2 tfjs matmul GFLOP/s (the fast XNNPACK path on wasm), best median over a few
+ *            shapes the model uses and a square one — the roofline the train step is compared to
+ *   train    one optimizer step over 32 × 128 tokens (forward + backward + AdamW), median of
+ *            several after warm-up; GFLOP/s from the model's matmul FLOPs (3 × forward,
+ *            attention included), `mfu` = that / peak
+ *   generate tokens/s at 1, 4, 16 and 32 concurrent requests (16-token prompts, 128 new tokens,
+ *            sampled, no stop) through the real engine with continuous batching, versus the same
+ *            requests one at a time; plus the tfjs reference decoder (one op per layer piece,
+ *            no batching) one at a time, which the typed-array decode path replaces
+ *
+ * Everything is measured in the same run, after warm-up (JIT, XNNPACK operator packing, first
+ * touch of memory).
+ */
+import {
+  AdamW,
+  forwardFlops,
+  generateAll,
+  type GenerationEngine,
+  initBackend,
+  makeConfig,
+  makeEngine,
+  packSequences,
+  parameterCount,
+  Rng,
+  trainStep,
+  Transformer
+} from "@reins/policy"
+import { GenerateRequest, SamplingParams } from "@reins/protocol"
+import * as tf from "@tensorflow/tfjs"
+import { Effect } from "effect"
+import { percentile, writeReport } from "./report.js"
+
+const CONCURRENCY = [1, 4, 16, 32] as const
+const PROMPT = 16
+const NEW_TOKENS = 128
+
+const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
+
+/** Median GFLOP/s of `a·b` for a rank-2 shape, inputs resident, result read back. */
+const matmulGflops = (m: number, k: number, n: number, reps: number): number => {
+  const a = tf.randomNormal([m, k]) as tf.Tensor2D
+  const b = tf.randomNormal([k, n]) as tf.Tensor2D
+  const times: Array<number> = []
+  for (let i = 0; i < reps + 2; i++) {
+    const t = performance.now()
+    const c = tf.matMul(a, b)
+    c.dataSync()
+    const dt = performance.now() - t
+    c.dispose()
+    if (i >= 2) times.push(dt)
+  }
+  tf.dispose([a, b])
+  return (2 * m * k * n) / (median(times) / 1000) / 1e9
+}
+
+const measurePeak = (reps: number) => {
+  const shapes: Array<[number, number, number]> = [
+    [4096, 128, 512],
+    [4096, 512, 128],
+    [4096, 128, 128],
+    [1024, 1024, 1024]
+  ]
+  const results = shapes.map(([m, k, n]) => ({ shape: `${m}x${k}x${n}`, gflops: matmulGflops(m, k, n, reps) }))
+  return { peak: Math.max(...results.map((r) => r.gflops)), results }
+}
+
+const measureTrain = (model: Transformer, steps: number) => {
+  const rng = new Rng(1)
+  const rows = 32
+  const seqLen = 128
+  const sequences = Array.from({ length: rows }, () => ({
+    tokens: Int32Array.from({ length: seqLen + 1 }, () => rng.nextUint32() % model.config.vocabSize),
+    weights: new Float32Array(seqLen + 1).fill(1 / (rows * seqLen))
+  }))
+  const batches = packSequences(sequences, { maxTokens: 16 * 256, maxSeqLen: seqLen })
+  const optimizer = new AdamW(model.params, { lr: 1e-3, maxGradNorm: 1 })
+  for (let i = 0; i < 2; i++) trainStep(model, optimizer, batches, { kind: "sft" })
+  const times: Array<number> = []
+  let loss = 0
+  for (let i = 0; i < steps; i++) {
+    const s = trainStep(model, optimizer, batches, { kind: "sft" })
+    times.push(s.seconds)
+    loss = s.loss
+  }
+  optimizer.dispose()
+  const seconds = median(times)
+  const flops = 3 * forwardFlops(model.config, rows * seqLen, seqLen)
+  return { seconds, gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
+}
+
+const request = (i: number, tag: string) =>
+  new GenerateRequest({
+    requestId: `${tag}-${i}`,
+    promptIds: Int32Array.from({ length: PROMPT }, (_, j) => (i * 37 + j * 11) % 500),
+    params: new SamplingParams({ maxTokens: NEW_TOKENS, temperature: 1, topP: 1, topK: 0, seed: i, stop: [], topLogprobs: 0 })
+  })
+
+/** Tokens/s for `n` requests, all at once (continuous batching) or one after another. */
+const throughput = (engine: GenerationEngine, n: number, mode: "batched" | "sequential", tag: string) =>
+  Effect.gen(function* () {
+    const t = performance.now()
+    const results = yield* Effect.forEach(
+      Array.from({ length: n }, (_, i) => i),
+      (i) => generateAll(engine, request(i, `${tag}-${mode}-${n}`)),
+      { concurrency: mode === "batched" ? "unbounded" : 1 }
+    )
+    const seconds = (performance.now() - t) / 1000
+    const tokens = results.reduce((s, r) => s + r.outputIds.length, 0)
+    return tokens / seconds
+  })
+
+const measureGeneration = (model: Transformer, quick: boolean) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const fast = yield* makeEngine({ model, stopIds: [], maxBatch: 32 })
+      yield* throughput(fast, 32, "batched", "warmup")
+      yield* throughput(fast, 2, "sequential", "warmup")
+      const batched: Record<string, number> = {}
+      const sequential: Record<string, number> = {}
+      for (const c of CONCURRENCY) {
+        batched[String(c)] = yield* throughput(fast, c, "batched", "fast")
+        sequential[String(c)] = yield* throughput(fast, quick ? Math.min(c, 4) : c, "sequential", "fast")
+      }
+      const reference = yield* makeEngine({ model, stopIds: [], decoder: "tfjs" })
+      yield* throughput(reference, 1, "sequential", "warmup-ref")
+      const referenceTokPerS = yield* throughput(reference, quick ? 1 : 2, "sequential", "ref")
+      return { batched, sequential, referenceTokPerS }
+    })
+  )
+
+export default async (args: ReadonlyArray<string>): Promise<void> => {
+  const quick = args.includes("--quick")
+  const backend = await initBackend()
+  const config = makeConfig({ vocabSize: 512, dModel: 128, nLayers: 4, nHeads: 4, dFf: 512, contextLength: 256 })
+  const model = Transformer.init(config, 0)
+  console.log(`backend ${backend}, ${parameterCount(config)} parameters`)
+
+  const peak = measurePeak(quick ? 3 : 7)
+  console.log("peak", peak)
+  const train = measureTrain(model, quick ? 3 : 7)
+  console.log("train", { ...train, times: train.times.map((t) => t.toFixed(3)) })
+  const gen = await Effect.runPromise(measureGeneration(model, quick))
+  console.log("generate", gen)
+  model.dispose()
+
+  const mfu = train.gflops / peak.peak
+  const speedup16 = gen.batched["16"]! / gen.sequential["16"]!
+  const goals = { train_step_s: 2.0, mfu: 0.4, tok_per_s_16: 4000, batching_speedup_16: 5 }
+  writeReport({
+    name: "policy",
+    json: {
+      backend,
+      parameters: parameterCount(config),
+      train_step_s: train.seconds,
+      train_gflops: train.gflops,
+      train_step_gflop: train.flops / 1e9,
+      train_step_samples_s: train.times,
+      peak_gflops: peak.peak,
+      peak_shapes: peak.results,
+      mfu,
+      tok_per_s: gen.batched,
+      tok_per_s_sequential: gen.sequential,
+      tok_per_s_tfjs_reference_1: gen.referenceTokPerS,
+      batching_speedup_16: speedup16,
+      goals,
+      goals_met: {
+        train_step_s: train.seconds <= goals.train_step_s,
+        mfu: mfu >= goals.mfu,
+        tok_per_s_16: gen.batched["16"]! >= goals.tok_per_s_16,
+        batching_speedup_16: speedup16 >= goals.batching_speedup_16
+      },
+      quick
+    },
+    table: {
+      columns: ["measure", "value", "goal"],
+      rows: [
+        ["train step, 32×128 tokens (s)", train.seconds, `≤ ${goals.train_step_s}`],
+        ["train GFLOP/s", train.gflops, ""],
+        ["rank-2 matmul peak GFLOP/s", peak.peak, ""],
+        ["fraction of peak (mfu)", mfu, `≥ ${goals.mfu}`],
+        ...CONCURRENCY.map((c) => [`tok/s, ${c} concurrent, continuous batching`, gen.batched[String(c)]!, c === 16 ? `≥ ${goals.tok_per_s_16}` : ""] as [string, number, string]),
+        ...CONCURRENCY.map((c) => [`tok/s, ${c} requests one at a time`, gen.sequential[String(c)]!, ""] as [string, number, string]),
+        ["tok/s, tfjs reference decoder, one at a time", gen.referenceTokPerS, ""],
+        ["batching speedup at 16", speedup16, `≥ ${goals.batching_speedup_16}`]
+      ]
+    },
+    chart: {
+      title: "Generation throughput (tokens/s)",
+      unit: "tokens/s",
+      groups: CONCURRENCY.map((c) => ({
+        label: `${c} concurrent`,
+        bars: [
+          { series: "continuous batching", value: gen.batched[String(c)]! },
+          { series: "one at a time", value: gen.sequential[String(c)]! }
+        ]
+      }))
+    },
+    notes: [
+      `Backend ${backend}; model ${parameterCount(config)} parameters (vocab 512, d_model 128, 4 layers × 4 heads, d_ff 512, context 256).`,
+      `Train step: median of ${train.times.length} steps after 2 warm-up steps, ${train.microBatches} micro-batch(es); ${(train.flops / 1e9).toFixed(1)} GFLOP per step (3 × forward matmul FLOPs, attention included).`,
+      `Peak: best median rank-2 matmul over ${peak.results.map((r) => r.shape).join(", ")} (${peak.results.map((r) => r.gflops.toFixed(1)).join(", ")} GFLOP/s).`,
+      `Generation: ${PROMPT}-token prompts, ${NEW_TOKENS} sampled tokens each, no stop; wall-clock tokens/s including the engine's Effect streams.`,
+      "The machine is shared with other work (2 cores): numbers are as measured in this run, not best-of."
+    ]
+  })
+}

@@ -1,0 +1,61 @@
+/**
+ * `Generator` over the policy's generation engine. Thin on purpose: the engine already streams
+ * `GenerateChunk`s, pauses and resumes; this only names the model and turns an engine that ends
+ * a generation on its own (`interrupted` at shutdown, `cancelled`) into an error, so such a call
+ * is never recorded as a normal completion.
+ *
+ * The engine is described structurally (`EngineLike`), so the Gateway never depends on the
+ * model code: in-process for `reins serve` and tests, or a client of the device actor when the
+ * engine runs in the Trainer's worker.
+ */
+import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
+import { Effect, Layer, Stream } from "effect"
+import { GenerateError, Generator, type GeneratorService, type ModelInfo } from "./Generator.js"
+
+export interface EngineLike {
+  readonly generate: (request: GenerateRequest) => Stream.Stream<GenerateChunk, { readonly message: string }>
+  readonly pause: (mode: PauseMode) => Effect.Effect<unknown, { readonly message: string }>
+  readonly resume: Effect.Effect<void, { readonly message: string }>
+  /** `version`: the policy version of the weights serving new tokens. */
+  readonly stats: Effect.Effect<{ readonly version: number }, { readonly message: string }>
+}
+
+export interface EngineModel {
+  /** The id clients send as `model`. */
+  readonly id: string
+  readonly contextLength: number
+  /** Completion length when a request sets no `max_tokens`. */
+  readonly defaultMaxTokens?: number | undefined
+  /** Unix seconds; default: now. */
+  readonly created?: number | undefined
+}
+
+const generateError = (e: { readonly message: string }) => new GenerateError({ message: e.message, cause: e })
+
+export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorService => {
+  const created = model.created ?? Math.floor(Date.now() / 1000)
+  return {
+    info: Effect.map(Effect.orDie(engine.stats), (s): ModelInfo => ({
+      id: model.id,
+      contextLength: model.contextLength,
+      version: s.version,
+      created,
+      defaultMaxTokens: model.defaultMaxTokens
+    })),
+    generate: (request) =>
+      engine.generate(request).pipe(
+        Stream.mapError(generateError),
+        Stream.mapEffect((chunk) =>
+          chunk.finishReason === "interrupted" || chunk.finishReason === "cancelled"
+            ? Effect.fail(new GenerateError({ message: `the engine ended the generation (${chunk.finishReason})` }))
+            : Effect.succeed(chunk)
+        )
+      ),
+    pause: (mode) => Effect.asVoid(Effect.mapError(engine.pause(mode), generateError)),
+    resume: Effect.mapError(engine.resume, generateError)
+  }
+}
+
+/** `Generator` from an engine service. */
+export const layer = <I>(engine: Effect.Effect<EngineLike, never, I>, model: EngineModel): Layer.Layer<Generator, never, I> =>
+  Layer.effect(Generator, Effect.map(engine, (e) => fromEngine(e, model)))

@@ -1,0 +1,192 @@
+/**
+ * Checkpoints: the safetensors codec (bit-exact, strict), the model directory round trip (bit
+ * exact, version kept, all five files), and clear errors naming the file for truncated, corrupt,
+ * inconsistent or missing files — never a half-loaded model.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import {
+  AdamW,
+  ChatTemplate,
+  CheckpointError,
+  decodeSafetensors,
+  encodeSafetensors,
+  ensureModelDir,
+  GenerationConfig,
+  initModelDir,
+  loadModel,
+  loadModelDir,
+  loadOptimizerState,
+  saveModel,
+  saveOptimizerState,
+  Transformer
+} from "@reins/policy"
+import { Effect, Exit } from "effect"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll } from "vitest"
+import { backend, tinyConfig, tinyTokenizer } from "./model-fixtures.js"
+
+const tmp = mkdtempSync(join(tmpdir(), "reins-ckpt-"))
+afterAll(() => rmSync(tmp, { recursive: true, force: true }))
+beforeAll(() => backend())
+
+const sameBits = (a: Float32Array | Int32Array, b: Float32Array | Int32Array) =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength))
+
+const failure = <A>(effect: Effect.Effect<A, CheckpointError>): Promise<CheckpointError> =>
+  Effect.runPromiseExit(effect).then((exit) => {
+    if (Exit.isSuccess(exit)) throw new Error("expected a CheckpointError")
+    const e = exit.cause._tag === "Fail" ? exit.cause.error : undefined
+    expect(e).toBeInstanceOf(CheckpointError)
+    return e!
+  })
+
+describe("safetensors", () => {
+  it("round-trips F32 and I32 bit-exactly, special values included", () => {
+    const f = new Float32Array([0, -0, 1.5, -3.25e-38, Infinity, -Infinity, NaN, 3.4028234e38])
+    new Uint32Array(f.buffer)[6] = 0x7fc00123 // a NaN payload must survive too
+    const i = new Int32Array([0, -1, 2147483647, -2147483648])
+    const bytes = encodeSafetensors({ b: { dtype: "F32", shape: [2, 4], data: f }, a: { dtype: "I32", shape: [4], data: i } }, { note: "x" })
+    const header = Number(new DataView(bytes.buffer).getBigUint64(0, true))
+    expect((8 + header) % 8).toBe(0)
+    const json = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + header)))
+    expect(json.a).toEqual({ dtype: "I32", shape: [4], data_offsets: [0, 16] })
+    expect(json.b).toEqual({ dtype: "F32", shape: [2, 4], data_offsets: [16, 48] })
+    const back = decodeSafetensors(bytes)
+    expect(back.metadata["note"]).toBe("x")
+    expect(sameBits(back.tensors.get("b")!.data, f)).toBe(true)
+    expect(sameBits(back.tensors.get("a")!.data, i)).toBe(true)
+    expect(back.tensors.get("b")!.shape).toEqual([2, 4])
+    // Same tensors, same bytes.
+    expect(Buffer.from(encodeSafetensors({ a: { dtype: "I32", shape: [4], data: i }, b: { dtype: "F32", shape: [2, 4], data: f } }, { note: "x" })).equals(Buffer.from(bytes))).toBe(true)
+  })
+
+  it("rejects truncation, bit flips, holes and bad headers with a reason", () => {
+    const bytes = encodeSafetensors({ w: { dtype: "F32", shape: [3], data: new Float32Array([1, 2, 3]) } })
+    expect(() => decodeSafetensors(bytes.subarray(0, 5))).toThrow(/truncated/)
+    expect(() => decodeSafetensors(bytes.subarray(0, bytes.length - 4))).toThrow(/truncated/)
+    const flipped = bytes.slice()
+    flipped[flipped.length - 2]! ^= 0x10
+    expect(() => decodeSafetensors(flipped)).toThrow(/checksum/)
+    const badJson = bytes.slice()
+    badJson[9] = 0x7b // '{' inside the header
+    expect(() => decodeSafetensors(badJson)).toThrow(/corrupt header/)
+    const huge = bytes.slice()
+    new DataView(huge.buffer).setBigUint64(0, 1n << 40n, true)
+    expect(() => decodeSafetensors(huge)).toThrow(/header length/)
+    const extra = new Uint8Array(bytes.length + 4)
+    extra.set(bytes)
+    expect(() => decodeSafetensors(extra)).toThrow(/after the last tensor/)
+  })
+})
+
+describe("model directory", () => {
+  const tok = tinyTokenizer()
+
+  it("save → load is bit-exact and keeps the version, template and generation config", async () => {
+    const dir = join(tmp, "roundtrip")
+    const model = Transformer.init(tinyConfig(tok.vocabSize, { positions: "learned", norm: "layernorm", mlp: "swiglu", tieEmbeddings: false }), 3)
+    model.version = 7
+    const template = ChatTemplate.default()
+    const gen = new GenerationConfig({ eosTokenIds: [...tok.stopIds], temperature: 0.7, topP: 0.9, topK: 20, maxNewTokens: 99 })
+    await Effect.runPromise(saveModel(dir, model, tok, { chatTemplate: template, generationConfig: gen }))
+    expect(readdirSync(dir).sort()).toEqual(["chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json"])
+    const config = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"))
+    expect(config).toMatchObject({ model_type: "reins-gpt", vocab_size: tok.vocabSize, d_model: 32, n_layers: 2, positions: "learned", version: 7 })
+    const loaded = await Effect.runPromise(loadModel(dir))
+    expect(loaded.model.version).toBe(7)
+    expect(loaded.config).toEqual(model.config.withVersion(7))
+    expect(loaded.chatTemplate.source).toBe(template.source)
+    expect(loaded.generationConfig).toEqual(gen)
+    expect(loaded.tokenizer.encode("the cat sat")).toEqual(tok.encode("the cat sat"))
+    const a = model.readWeights()
+    const b = loaded.model.readWeights()
+    for (const name of Object.keys(a)) expect(sameBits(a[name]!, b[name]!)).toBe(true)
+    // Saving the loaded model again gives the same bytes.
+    const again = join(tmp, "roundtrip2")
+    await Effect.runPromise(saveModel(again, loaded.model, loaded.tokenizer, { chatTemplate: loaded.chatTemplate, generationConfig: loaded.generationConfig }))
+    expect(readFileSync(join(again, "model.safetensors")).equals(readFileSync(join(dir, "model.safetensors")))).toBe(true)
+    model.dispose()
+    loaded.model.dispose()
+  })
+
+  it("corrupt, truncated, inconsistent or missing files fail with a CheckpointError naming the file", async () => {
+    const dir = join(tmp, "broken")
+    await Effect.runPromise(initModelDir(dir, { tokenizer: tok, config: tinyConfig(tok.vocabSize), seed: 1 }))
+    const weights = join(dir, "model.safetensors")
+    const good = readFileSync(weights)
+    const expectFile = async (file: string, message: RegExp) => {
+      const e = await failure(loadModelDir(dir))
+      expect(e.file).toBe(join(dir, file))
+      expect(e.message).toContain(join(dir, file))
+      expect(e.message).toMatch(message)
+    }
+    writeFileSync(weights, good.subarray(0, good.length - 100))
+    await expectFile("model.safetensors", /truncated/)
+    const flipped = Buffer.from(good)
+    flipped[flipped.length - 10]! ^= 1
+    writeFileSync(weights, flipped)
+    await expectFile("model.safetensors", /checksum/)
+    writeFileSync(weights, good)
+
+    const configFile = join(dir, "config.json")
+    const config = readFileSync(configFile, "utf8")
+    writeFileSync(configFile, config.slice(0, 40))
+    await expectFile("config.json", /invalid JSON/)
+    writeFileSync(configFile, config.replace('"d_model": 32', '"d_model": 64'))
+    await expectFile("model.safetensors", /config needs F32/)
+    writeFileSync(configFile, config.replace('"version": 0', '"version": 3'))
+    await expectFile("model.safetensors", /version 0 but config.json says 3/)
+    writeFileSync(configFile, config.replace('"n_heads": 4', '"n_heads": 4, "bogus": 1'))
+    await expectFile("config.json", /bogus/)
+    writeFileSync(configFile, config)
+
+    const tokFile = join(dir, "tokenizer.json")
+    const tokText = readFileSync(tokFile, "utf8")
+    writeFileSync(tokFile, tokText.slice(0, 100))
+    await expectFile("tokenizer.json", /JSON/)
+    rmSync(tokFile)
+    await expectFile("tokenizer.json", /cannot read/)
+    writeFileSync(tokFile, tokText)
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: 99999 }))
+    await expectFile("generation_config.json", /outside the vocabulary/)
+  })
+
+  it("initModelDir is deterministic; ensureModelDir creates once, then loads", async () => {
+    const a = join(tmp, "init-a")
+    const b = join(tmp, "init-b")
+    await Effect.runPromise(initModelDir(a, { tokenizer: tok, seed: 4 }))
+    await Effect.runPromise(initModelDir(b, { tokenizer: tok, seed: 4 }))
+    expect(readFileSync(join(a, "model.safetensors")).equals(readFileSync(join(b, "model.safetensors")))).toBe(true)
+    const c = join(tmp, "ensure")
+    expect(existsSync(c)).toBe(false)
+    const created = await Effect.runPromise(ensureModelDir(c, { tokenizer: tok, seed: 4 }))
+    expect(created.config.contextLength).toBe(1024)
+    const before = readFileSync(join(c, "model.safetensors"))
+    const loaded = await Effect.runPromise(ensureModelDir(c, { tokenizer: tok, seed: 99 }))
+    expect(readFileSync(join(c, "model.safetensors")).equals(before)).toBe(true)
+    expect(loaded.config).toEqual(created.config)
+  })
+
+  it("optimizer state round-trips and resumes the same updates", async () => {
+    const dir = join(tmp, "opt")
+    const model = Transformer.init(tinyConfig(tok.vocabSize), 2)
+    const opt = new AdamW(model.params, { lr: 1e-2 })
+    const grads = new Map([...model.params].map(([n, p]) => [n, p.clone()] as const))
+    opt.apply(grads)
+    await Effect.runPromise(saveOptimizerState(dir, opt.exportState(), 1))
+    const state = await Effect.runPromise(loadOptimizerState(dir))
+    expect(state!.step).toBe(1)
+    const opt2 = new AdamW(model.params, { lr: 1e-2 })
+    opt2.importState(state!)
+    const s1 = opt.exportState()
+    const s2 = opt2.exportState()
+    for (const k of Object.keys(s1.tensors)) expect(sameBits(s1.tensors[k]!, s2.tensors[k]!)).toBe(true)
+    expect(await Effect.runPromise(loadOptimizerState(join(tmp, "nothing-here")))).toBeUndefined()
+    for (const g of grads.values()) g.dispose()
+    opt.dispose()
+    opt2.dispose()
+    model.dispose()
+  })
+})
