@@ -217,7 +217,7 @@ export default async (args: ReadonlyArray<string>) => {
         requests: m.ok
       }
     }
-    const json = { direct: row("direct"), reins: row("reins"), portkey: row("portkey"), reins_calls_recorded: recorded }
+    const json = { direct: row("direct"), reins: { ...row("reins"), calls_recorded: recorded }, portkey: row("portkey") }
     const names = ["direct", "reins", "portkey"] as const
     writeReport({
       name: "gateway",

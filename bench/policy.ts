@@ -33,6 +33,7 @@ import {
 import { GenerateRequest, SamplingParams } from "@reins/protocol"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
+import os from "node:os"
 import { percentile, writeReport } from "./report.js"
 
 const CONCURRENCY = [1, 4, 16, 32] as const
@@ -49,7 +50,8 @@ const matmulGflops = (m: number, k: number, n: number, reps: number): number => 
   for (let i = 0; i < reps + 2; i++) {
     const t = performance.now()
     const c = tf.matMul(a, b)
-    c.dataSync()
+    // wasm computes synchronously; elsewhere wait for the result (reading it back).
+    if (tf.getBackend() !== "wasm") c.dataSync()
     const dt = performance.now() - t
     c.dispose()
     if (i >= 2) times.push(dt)
@@ -81,16 +83,19 @@ const measureTrain = (model: Transformer, steps: number) => {
   const optimizer = new AdamW(model.params, { lr: 1e-3, maxGradNorm: 1 })
   for (let i = 0; i < 2; i++) trainStep(model, optimizer, batches, { kind: "sft" })
   const times: Array<number> = []
+  const cpu: Array<number> = []
   let loss = 0
   for (let i = 0; i < steps; i++) {
+    const c = process.cpuUsage()
     const s = trainStep(model, optimizer, batches, { kind: "sft" })
+    cpu.push(cpuSeconds(c))
     times.push(s.seconds)
     loss = s.loss
   }
   optimizer.dispose()
   const seconds = median(times)
   const flops = 3 * forwardFlops(model.config, rows * seqLen, seqLen)
-  return { seconds, gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
+  return { seconds, cpuSeconds: median(cpu), gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
 }
 
 const request = (i: number, tag: string) =>
@@ -100,10 +105,17 @@ const request = (i: number, tag: string) =>
     params: new SamplingParams({ maxTokens: NEW_TOKENS, temperature: 1, topP: 1, topK: 0, seed: i, stop: [], topLogprobs: 0 })
   })
 
-/** Tokens/s for `n` requests, all at once (continuous batching) or one after another. */
+/** CPU seconds this process used (user + system) since `from`. */
+const cpuSeconds = (from: NodeJS.CpuUsage) => {
+  const u = process.cpuUsage(from)
+  return (u.user + u.system) / 1e6
+}
+
+/** Tokens per wall second (and per CPU second) for `n` requests, all at once (continuous batching) or one after another. */
 const throughput = (engine: GenerationEngine, n: number, mode: "batched" | "sequential", tag: string) =>
   Effect.gen(function* () {
     const t = performance.now()
+    const cpu = process.cpuUsage()
     const results = yield* Effect.forEach(
       Array.from({ length: n }, (_, i) => i),
       (i) => generateAll(engine, request(i, `${tag}-${mode}-${n}`)),
@@ -111,8 +123,12 @@ const throughput = (engine: GenerationEngine, n: number, mode: "batched" | "sequ
     )
     const seconds = (performance.now() - t) / 1000
     const tokens = results.reduce((s, r) => s + r.outputIds.length, 0)
+    cpuRates[`${tag}-${mode}-${n}`] = tokens / cpuSeconds(cpu)
     return tokens / seconds
   })
+
+/** Tokens per CPU second of every throughput run (a view less sensitive to other load). */
+const cpuRates: Record<string, number> = {}
 
 const measureGeneration = (model: Transformer, quick: boolean) =>
   Effect.scoped(
@@ -135,6 +151,7 @@ const measureGeneration = (model: Transformer, quick: boolean) =>
 
 export default async (args: ReadonlyArray<string>): Promise<void> => {
   const quick = args.includes("--quick")
+  const loadBefore = os.loadavg()
   const backend = await initBackend()
   const config = makeConfig({ vocabSize: 512, dModel: 128, nLayers: 4, nHeads: 4, dFf: 512, contextLength: 256 })
   const model = Transformer.init(config, 0)
@@ -148,6 +165,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   console.log("generate", gen)
   model.dispose()
 
+  const loadAfter = os.loadavg()
   const mfu = train.gflops / peak.peak
   const speedup16 = gen.batched["16"]! / gen.sequential["16"]!
   const goals = { train_step_s: 2.0, mfu: 0.4, tok_per_s_16: 4000, batching_speedup_16: 5 }
@@ -167,6 +185,9 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       tok_per_s_sequential: gen.sequential,
       tok_per_s_tfjs_reference_1: gen.referenceTokPerS,
       batching_speedup_16: speedup16,
+      train_step_cpu_s: train.cpuSeconds,
+      tok_per_cpu_s: cpuRates,
+      load_average: { before: loadBefore, after: loadAfter },
       goals,
       goals_met: {
         train_step_s: train.seconds <= goals.train_step_s,
@@ -205,7 +226,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       `Train step: median of ${train.times.length} steps after 2 warm-up steps, ${train.microBatches} micro-batch(es); ${(train.flops / 1e9).toFixed(1)} GFLOP per step (3 × forward matmul FLOPs, attention included).`,
       `Peak: best median rank-2 matmul over ${peak.results.map((r) => r.shape).join(", ")} (${peak.results.map((r) => r.gflops.toFixed(1)).join(", ")} GFLOP/s).`,
       `Generation: ${PROMPT}-token prompts, ${NEW_TOKENS} sampled tokens each, no stop; wall-clock tokens/s including the engine's Effect streams.`,
-      "The machine is shared with other work (2 cores): numbers are as measured in this run, not best-of."
+      `The machine is shared with other work: load average ${loadBefore[0]!.toFixed(1)} before and ${loadAfter[0]!.toFixed(1)} after the run on ${os.cpus().length} cores. Numbers are wall-clock as measured in this run, not best-of; the JSON also has CPU-time rates (train_step_cpu_s, tok_per_cpu_s), which other load distorts less.`
     ]
   })
 }

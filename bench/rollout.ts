@@ -10,7 +10,7 @@
  *     so everything measured is launcher + API round trips.
  * Throughput: `attempts` attempts with `concurrency` in flight. Latency: 40 attempts one at a
  * time; `added_latency_ms` is the p50 latency minus bare spawn's (for k8s: the whole p50, since
- * no process runs).
+ * no process runs). The rows take turns in rounds so that they all see the same machine load.
  *
  * Wall-clock rates depend on what else the machine runs. So the bench also counts CPU time per
  * attempt — this process plus its reaped children (utime/stime/cutime/cstime of /proc/self/stat),
@@ -36,6 +36,8 @@ interface Measured {
   readonly failures: number
   /** CPU ms per attempt: this process + reaped children (+ the API-server double for k8s). */
   readonly cpu_ms: number
+  /** CPU ms per attempt of this process alone: the launcher's own cost (spawning included). */
+  readonly parent_cpu_ms: number
 }
 
 const TICK_MS = 10 // USER_HZ = 100 on Linux
@@ -54,32 +56,68 @@ const cpuMs = (pid: number | "self", withChildren: boolean): number => {
 
 let extraCpu: () => number = () => 0
 
-/** Runs `one` `n` times with `concurrency` in flight; wall-clock throughput and per-attempt latency. */
-const measure = (n: number, concurrency: number, one: (i: number) => Effect.Effect<boolean>) =>
+/** Raw numbers of one batch; batches of the same row are merged (rows take turns, see below). */
+interface Batch {
+  readonly n: number
+  readonly wallS: number
+  readonly latencies: ReadonlyArray<number>
+  readonly failures: number
+  readonly cpuMs: number
+  readonly parentCpuMs: number
+}
+
+/** Runs `one` `n` times with `concurrency` in flight. */
+const batch = (n: number, concurrency: number, one: () => Effect.Effect<boolean>) =>
   Effect.gen(function*() {
     const latencies: Array<number> = []
     let failures = 0
     const cpu0 = cpuMs("self", true) + extraCpu()
+    const parent0 = process.cpuUsage()
     const t0 = performance.now()
     yield* Effect.forEach(
-      Array.from({ length: n }, (_, i) => i),
-      (i) =>
+      Array.from({ length: n }),
+      () =>
         Effect.suspend(() => {
           const s = performance.now()
-          return one(i).pipe(Effect.tap((ok) => Effect.sync(() => {
+          return one().pipe(Effect.tap((ok) => Effect.sync(() => {
             latencies.push(performance.now() - s)
             if (!ok) failures++
           })))
         }),
       { concurrency, discard: true }
     )
-    const wall = (performance.now() - t0) / 1000
-    const cpu = (cpuMs("self", true) + extraCpu() - cpu0) / n
-    return { attempts_per_s: n / wall, p50_ms: percentile(latencies, 50), p99_ms: percentile(latencies, 99), failures, cpu_ms: cpu } satisfies Measured
+    const parent = process.cpuUsage(parent0)
+    return {
+      n,
+      wallS: (performance.now() - t0) / 1000,
+      latencies,
+      failures,
+      cpuMs: cpuMs("self", true) + extraCpu() - cpu0,
+      parentCpuMs: (parent.user + parent.system) / 1000
+    } satisfies Batch
   })
 
+const summarize = (batches: ReadonlyArray<Batch>): Measured => {
+  const sum = (f: (b: Batch) => number) => batches.reduce((a, b) => a + f(b), 0)
+  const n = sum((b) => b.n)
+  const latencies = batches.flatMap((b) => b.latencies)
+  return {
+    attempts_per_s: n / sum((b) => b.wallS),
+    p50_ms: percentile(latencies, 50),
+    p99_ms: percentile(latencies, 99),
+    failures: sum((b) => b.failures),
+    cpu_ms: sum((b) => b.cpuMs) / n,
+    parent_cpu_ms: sum((b) => b.parentCpuMs) / n
+  }
+}
+
+/**
+ * The floor: spawn and wait for exit, nothing else. Detached like the launcher's harnesses: with
+ * the kernel's autogroup scheduling each new session gets its own CPU share, so a non-detached
+ * baseline would be slower on a busy machine for reasons that have nothing to do with reins.
+ */
 const bareSpawn = Effect.async<boolean>((resume) => {
-  const c = spawn(process.execPath, ["-e", ""], { stdio: "ignore" })
+  const c = spawn(process.execPath, ["-e", ""], { stdio: "ignore", detached: true })
   c.once("exit", (code) => resume(Effect.succeed(code === 0)))
   c.once("error", () => resume(Effect.succeed(false)))
 })
@@ -138,16 +176,30 @@ export default async (args: ReadonlyArray<string>) => {
             local: () => viaLauncher(local, localHarness),
             k8s: () => viaLauncher(k8s, k8sHarness)
           } as const
+          // The rows take turns, in rounds, so that all of them see the same machine load (other
+          // work on a shared machine comes and goes; one row measured after another would not).
+          const names = Object.keys(rows) as Array<keyof typeof rows>
+          const withCpu = <A>(name: keyof typeof rows, f: () => Effect.Effect<A>) =>
+            Effect.suspend(() => {
+              // The double is the API server's work, not the launcher's, but k8s costs it: counted.
+              extraCpu = name === "k8s" ? () => cpuMs(double.pid, false) : () => 0
+              return f()
+            })
+          for (const name of names) yield* withCpu(name, () => batch(10, concurrency, rows[name])) // warm-up
+          const throughput: Record<string, Array<Batch>> = {}, latency: Record<string, Array<Batch>> = {}
+          const rounds = 5
+          for (let r = 0; r < rounds; r++) {
+            for (const name of names) (throughput[name] ??= []).push(yield* withCpu(name, () => batch(Math.ceil(attempts / rounds), concurrency, rows[name])))
+          }
+          for (let k = 0; k < latencyRuns; k++) {
+            for (const name of names) (latency[name] ??= []).push(yield* withCpu(name, () => batch(1, 1, rows[name])))
+          }
           const out: Record<string, { throughput: Measured; latency: Measured }> = {}
-          for (const [name, one] of Object.entries(rows)) {
-            // The double is the API server's work, not the launcher's, but k8s costs it: counted.
-            extraCpu = name === "k8s" ? () => cpuMs(double.pid, false) : () => 0
-            yield* measure(10, concurrency, one) // warm-up
-            const throughput = yield* measure(attempts, concurrency, one)
-            const latency = yield* measure(latencyRuns, 1, one)
-            out[name] = { throughput, latency }
+          for (const name of names) {
+            const t = summarize(throughput[name]!), l = summarize(latency[name]!)
+            out[name] = { throughput: t, latency: l }
             console.log(
-              `${name}: ${throughput.attempts_per_s.toFixed(1)} attempts/s at ${concurrency} in flight, ${throughput.cpu_ms.toFixed(1)} CPU ms/attempt, p50 ${latency.p50_ms.toFixed(1)} ms one at a time (load ${os.loadavg()[0]!.toFixed(1)})`
+              `${name}: ${t.attempts_per_s.toFixed(1)} attempts/s at ${concurrency} in flight, ${t.cpu_ms.toFixed(1)} CPU ms/attempt (${t.parent_cpu_ms.toFixed(1)} in this process), p50 ${l.p50_ms.toFixed(1)} ms one at a time`
             )
           }
           return out
@@ -160,6 +212,7 @@ export default async (args: ReadonlyArray<string>) => {
     const row = (m: { throughput: Measured; latency: Measured }, added: number) => ({
       attempts_per_s: m.throughput.attempts_per_s,
       cpu_ms_per_attempt: m.throughput.cpu_ms,
+      launcher_process_cpu_ms_per_attempt: m.throughput.parent_cpu_ms,
       cpu_bound_attempts_per_s: (cores * 1000) / m.throughput.cpu_ms,
       added_latency_ms: added,
       latency_p50_ms: m.latency.p50_ms,
@@ -187,11 +240,11 @@ export default async (args: ReadonlyArray<string>) => {
       name: "rollout",
       json,
       table: {
-        columns: ["launcher", "attempts/s (wall)", "CPU ms/attempt", "attempts/s (CPU-bound)", "p50 latency (ms, 1 in flight)", "added latency (ms)", "p99 latency (ms)", "failures"],
+        columns: ["launcher", "attempts/s (wall)", "CPU ms/attempt", "of which launcher process", "attempts/s (CPU-bound)", "p50 latency (ms, 1 in flight)", "added latency (ms)", "p99 latency (ms)", "failures"],
         rows: [
-          ["bare spawn", bare.throughput.attempts_per_s, bare.throughput.cpu_ms, json.bare_spawn.cpu_bound_attempts_per_s, bare.latency.p50_ms, 0, bare.latency.p99_ms, json.bare_spawn.failures],
-          ["local launcher", local.throughput.attempts_per_s, local.throughput.cpu_ms, json.local.cpu_bound_attempts_per_s, local.latency.p50_ms, json.local.added_latency_ms, local.latency.p99_ms, json.local.failures],
-          ["k8s launcher (double)", k8s.throughput.attempts_per_s, k8s.throughput.cpu_ms, json.k8s.cpu_bound_attempts_per_s, k8s.latency.p50_ms, json.k8s.added_latency_ms, k8s.latency.p99_ms, json.k8s.failures]
+          ["bare spawn", bare.throughput.attempts_per_s, bare.throughput.cpu_ms, bare.throughput.parent_cpu_ms, json.bare_spawn.cpu_bound_attempts_per_s, bare.latency.p50_ms, 0, bare.latency.p99_ms, json.bare_spawn.failures],
+          ["local launcher", local.throughput.attempts_per_s, local.throughput.cpu_ms, local.throughput.parent_cpu_ms, json.local.cpu_bound_attempts_per_s, local.latency.p50_ms, json.local.added_latency_ms, local.latency.p99_ms, json.local.failures],
+          ["k8s launcher (double)", k8s.throughput.attempts_per_s, k8s.throughput.cpu_ms, k8s.throughput.parent_cpu_ms, json.k8s.cpu_bound_attempts_per_s, k8s.latency.p50_ms, json.k8s.added_latency_ms, k8s.latency.p99_ms, json.k8s.failures]
         ]
       },
       chart: {

@@ -13,8 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type Running, startGateway } from "./harness.js"
 import { tinyPolicy, type TinyPolicy } from "./policy.js"
 
-/** Long enough to be mid-generation when the pause comes (no stop ids: every call runs to it). */
-const TOKENS = 300
+/**
+ * Completion lengths (no stop ids: every call runs to its max_tokens). The first eight are long
+ * enough to be mid-generation when the pause comes; the held ones can be shorter.
+ */
+const tokensOf = (i: number) => (i < 8 ? 400 : 100)
 let policy: TinyPolicy
 let gw: Running
 beforeAll(async () => {
@@ -50,7 +53,7 @@ describe("pause gate", () => {
       const a = await gw.attempt()
       const openai = new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 })
       const before = (await gw.gateway.state.pipe(Effect.runPromise)).version
-      const request = (i: number) => ({ model: policy.modelId, messages: [{ role: "user" as const, content: `call ${i}` }], max_tokens: TOKENS })
+      const request = (i: number) => ({ model: policy.modelId, messages: [{ role: "user" as const, content: `call ${i}` }], max_tokens: tokensOf(i) })
       const call = async (i: number): Promise<Outcome> => {
         try {
           if (i % 2 === 0) {
@@ -60,10 +63,10 @@ describe("pause gate", () => {
               tokens += (c.choices[0] as unknown as { token_ids?: Array<number> } | undefined)?.token_ids?.length ?? 0
               finish = c.choices[0]?.finish_reason ?? finish
             }
-            return { ok: tokens === TOKENS && finish === "length" }
+            return { ok: tokens === tokensOf(i) && finish === "length" }
           }
           const r = await openai.chat.completions.create(request(i))
-          return { ok: r.usage!.completion_tokens === TOKENS && r.choices[0]!.finish_reason === "length" }
+          return { ok: r.usage!.completion_tokens === tokensOf(i) && r.choices[0]!.finish_reason === "length" }
         } catch (e) {
           return { ok: false, status: (e as { status?: number }).status }
         }
@@ -84,7 +87,10 @@ describe("pause gate", () => {
       expect(paused.json).toMatchObject({ paused: true, mode })
       const second = Array.from({ length: 8 }, (_, i) => call(8 + i)) // held at the gate
       const held = await waitFor((s) => s.held === 8)
-      expect(held).toMatchObject({ paused: true, held: 8, in_flight: mode === "drain" ? 0 : 8 })
+      expect(held).toMatchObject({ paused: true, held: 8 })
+      // Drained: nothing generating. Interrupted: the first calls are stalled mid-generation.
+      if (mode === "drain") expect(held.in_flight).toBe(0)
+      else expect(held.in_flight).toBeGreaterThan(0)
       // The weight update.
       expect(await policy.bumpVersion()).toBe(before + 1)
       const resumed = await gw.admin("/api/gateway/resume", { body: {} })
@@ -97,11 +103,12 @@ describe("pause gate", () => {
       expect(calls).toHaveLength(16)
       for (const c of calls) {
         expect(c.status).toBe(200)
-        expect(c.versions).toHaveLength(TOKENS)
+        const i = Number(/call (\d+)/.exec(c.request.messages[0].content)![1])
+        expect(c.versions).toHaveLength(tokensOf(i))
         // Versions never go back, and every token sampled after the resume is the new version.
         for (let i = 1; i < c.versions.length; i++) expect(c.versions[i]).toBeGreaterThanOrEqual(c.versions[i - 1])
         // Calls sent during the pause waited at the gate: every token they got is from the new weights.
-        const second = Number(/call (\d+)/.exec(c.request.messages[0].content)![1]) >= 8
+        const second = i >= 8
         if (second) expect(c.timings.held_ms).toBeGreaterThan(0)
         if (second || c.timings.held_ms > 0) expect(new Set(c.versions)).toEqual(new Set([before + 1]))
         // Drained calls finished before the update.
@@ -115,6 +122,41 @@ describe("pause gate", () => {
       expect(state).toMatchObject({ paused: false, held: 0, in_flight: 0 })
     }
   }
+
+  it("records a call whose harness goes away mid-generation as cancelled, once, and frees its slot", async () => {
+    const a = await gw.attempt()
+    for (const stream of [true, false]) {
+      const controller = new AbortController()
+      const res = fetch(`${gw.url}/v1/chat/completions`, {
+        method: "POST",
+        signal: controller.signal,
+        headers: { authorization: `Bearer ${a.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: policy.modelId, messages: [{ role: "user", content: `leave ${stream}` }], max_tokens: 900, stream })
+      })
+      if (stream) {
+        const reader = (await res).body!.getReader()
+        await reader.read() // the first chunk arrived: generation is under way
+      } else {
+        await sleep(150)
+      }
+      controller.abort()
+      await (stream ? Promise.resolve() : res.catch(() => undefined))
+    }
+    let calls: Array<any> = []
+    for (let i = 0; i < 100 && calls.length < 2; i++) {
+      await sleep(30)
+      calls = (await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.calls
+    }
+    expect(calls.map((c) => [c.status, c.finish_reason, c.trainable])).toEqual([
+      [499, "cancelled", false],
+      [499, "cancelled", false]
+    ])
+    for (const c of calls) {
+      expect(c.output_token_ids.length).toBeLessThan(900)
+      expect(c.versions).toHaveLength(c.output_token_ids.length)
+    }
+    expect((await gw.admin("/api/gateway/state")).json.in_flight).toBe(0)
+  })
 
   it("answers 503 with Retry-After to a call held longer than the maximum", async () => {
     const short = await startGateway(policy.backend, { maxHold: "300 millis" })

@@ -95,23 +95,33 @@ const greedy = (maxTokens: number) => new SamplingParams({ maxTokens, temperatur
 
 const same = (a: ArrayLike<number>, b: ArrayLike<number>) => a.length === b.length && Array.from(a).every((v, i) => v === b[i])
 
+/**
+ * One training sequence per conversation: its last prompt and reply, trained on every reply in
+ * it — each step's prompt is an exact prefix of the next one's (the chain the Gateway builds).
+ */
+const sequenceOf = (steps: ReadonlyArray<Example>) => {
+  const last = steps[steps.length - 1]!
+  const tokens = Int32Array.from([...last.prompt, ...last.output])
+  const weights = new Float32Array(tokens.length)
+  for (const step of steps) {
+    if (!same(tokens.subarray(0, step.prompt.length + step.output.length), [...step.prompt, ...step.output])) throw new Error("the steps do not form one token chain")
+    weights.fill(1, step.prompt.length, step.prompt.length + step.output.length)
+  }
+  return { tokens, weights }
+}
+
 /** SFT until greedy decoding reproduces every example (bounded; fails loudly if it does not). */
-const memorize = async (model: Transformer, engine: GenerationEngine, examples: ReadonlyArray<Example>, maxSteps: number) => {
-  const sequences = examples.map(({ prompt, output }) => {
-    const tokens = Int32Array.from([...prompt, ...output])
-    const weights = new Float32Array(tokens.length).fill(1, prompt.length)
-    return { tokens, weights }
-  })
+const memorize = async (model: Transformer, engine: GenerationEngine, conversations: ReadonlyArray<ReadonlyArray<Example>>, maxSteps: number) => {
+  const examples = conversations.flat()
+  const sequences = conversations.map(sequenceOf)
   const batches = packSequences(sequences, { maxTokens: 4096, maxSeqLen: model.config.contextLength })
   const optimizer = new AdamW(model.params, { lr: 4e-3, maxGradNorm: 1 })
-  const reproduces = async () => {
-    for (const e of examples) {
-      const chunks = await Effect.runPromise(Stream.runCollect(engine.generate(new GenerateRequest({ requestId: crypto.randomUUID(), promptIds: e.prompt, params: greedy(e.output.length + 2) }))))
-      const ids = Chunk.toReadonlyArray(chunks).flatMap((c) => Array.from(c.outputIds))
-      if (!same(ids, e.output)) return false
-    }
-    return true
-  }
+  const decode = (e: Example) =>
+    Effect.runPromise(Stream.runCollect(engine.generate(new GenerateRequest({ requestId: crypto.randomUUID(), promptIds: e.prompt, params: greedy(e.output.length + 2) })))).then(
+      (chunks) => Chunk.toReadonlyArray(chunks).flatMap((c) => Array.from(c.outputIds))
+    )
+  // All at once: the engine batches them.
+  const reproduces = async () => (await Promise.all(examples.map(decode))).every((ids, i) => same(ids, examples[i]!.output))
   for (let step = 1; step <= maxSteps; step++) {
     const stats = trainStep(model, optimizer, batches, { kind: "sft" })
     const perToken = stats.loss / Math.max(1, stats.tokens)
@@ -145,8 +155,13 @@ export const tinyPolicy = async (
   const model = Transformer.init(config, 7)
   const scope = Effect.runSync(Scope.make())
   const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, tokenizer, ...(options.stopIds ? { stopIds: options.stopIds } : {}) }), scope))
-  const examples = conversations.flatMap((c) => examplesOf(tokenizer, template, c))
-  if (examples.length > 0) await memorize(model, engine, examples, options.maxSteps ?? 600)
+  const examples = conversations.map((c) => examplesOf(tokenizer, template, c))
+  if (examples.length > 0) {
+    await memorize(model, engine, examples, options.maxSteps ?? 600).catch(async (e) => {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      throw e
+    })
+  }
   let version = model.version
   const generator = EngineGenerator.fromEngine(engine, { id: MODEL_ID, contextLength: config.contextLength, defaultMaxTokens: 64 })
   const format: PromptFormat = { tokenizer, template }

@@ -38,8 +38,23 @@ const request = (promptIds: ArrayLike<number>, p: Partial<ConstructorParameters<
 
 const prompt = (seed: number, n = 6) => Array.from({ length: n }, (_, i) => (seed * 31 + i * 7) % (V - 10))
 
-const withEngine = <A, E>(model: Transformer, f: (engine: GenerationEngine) => Effect.Effect<A, E>, options: { maxBatch?: number; stopIds?: Array<number> } = {}) =>
-  Effect.scoped(Effect.flatMap(makeEngine({ model, tokenizer: tok, stopIds: options.stopIds ?? [], ...(options.maxBatch !== undefined ? { maxBatch: options.maxBatch } : {}) }), f))
+const withEngine = <A, E>(
+  model: Transformer,
+  f: (engine: GenerationEngine) => Effect.Effect<A, E>,
+  options: { maxBatch?: number; stopIds?: Array<number>; coalesceMs?: number } = {}
+) =>
+  Effect.scoped(
+    Effect.flatMap(
+      makeEngine({
+        model,
+        tokenizer: tok,
+        stopIds: options.stopIds ?? [],
+        ...(options.maxBatch !== undefined ? { maxBatch: options.maxBatch } : {}),
+        ...(options.coalesceMs !== undefined ? { coalesceMs: options.coalesceMs } : {})
+      }),
+      f
+    )
+  )
 
 /** The greedy continuation of `ids` under the tfjs reference, `n` tokens, full recompute each step. */
 const referenceGreedy = (model: Transformer, ids: ReadonlyArray<number>, n: number): Array<number> => {
@@ -175,13 +190,14 @@ describe("continuous batching", () => {
         const prompts = [prompt(10, 5), prompt(11, 9), prompt(12, 3), prompt(13, 14)]
         const alone: Array<Array<number>> = []
         for (const p of prompts) alone.push([...(yield* generateAll(engine, request(p, { maxTokens: 15 }))).outputIds])
-        // Staggered: each request starts once the previous one has produced 3 tokens.
+        // Staggered: each request starts once the previous one has produced 3 tokens. (Tokens
+        // arrive in chunks of one or more: the engine coalesces a sequence's tokens for 10 ms.)
         const fibers: Array<Fiber.RuntimeFiber<Array<number>, EngineError>> = []
         for (const p of prompts) {
           const started = yield* Deferred.make<void>()
           let seen = 0
           const fiber = yield* engine.generate(request(p, { maxTokens: 15 })).pipe(
-            Stream.tap(() => (++seen === 3 ? Deferred.succeed(started, undefined) : Effect.void)),
+            Stream.tap((c) => ((seen += c.outputIds.length) >= 3 ? Deferred.succeed(started, undefined) : Effect.void)),
             Stream.runCollect,
             Effect.map((chunks) => Chunk.toReadonlyArray(chunks).flatMap((c) => [...c.outputIds])),
             Effect.fork
@@ -214,7 +230,7 @@ describe("continuous batching", () => {
           expect(stats.generatedTokens).toBeLessThan(2 + 4 + 5)
           expect(yield* engine.cancel("long")).toBe(false)
         }),
-      { maxBatch: 1 }
+      { maxBatch: 1, coalesceMs: 0 } // one token per chunk, so "2 chunks" is 2 tokens
     )
   )
 })
@@ -230,8 +246,8 @@ describe("pausing", () => {
           const progressed = yield* Deferred.make<void>()
           let count = 0
           const fibers = yield* Effect.forEach(prompts, (p, i) =>
-            engine.generate(request(p, { maxTokens: 14 }, `seq${i}`)).pipe(
-              Stream.tap(() => (++count === 8 ? Deferred.succeed(progressed, undefined) : Effect.void)),
+            engine.generate(request(p, { maxTokens: 40 }, `seq${i}`)).pipe(
+              Stream.tap((c) => ((count += c.outputIds.length) >= 8 ? Deferred.succeed(progressed, undefined) : Effect.void)),
               Stream.runCollect,
               Effect.map((chunks) => Chunk.toReadonlyArray(chunks)),
               Effect.fork
@@ -252,15 +268,15 @@ describe("pausing", () => {
             const versions = chunks.flatMap((c) => [...c.versions])
             const state = states.find((s) => s.requestId === `seq${i}`)!
             const k = state.outputIds.length
-            expect(ids.length).toBe(14)
+            expect(ids.length).toBe(40)
             expect(chunks[chunks.length - 1]!.finishReason).toBe("length")
             expect(ids.slice(0, k)).toEqual([...state.outputIds])
             // Versions: 0 up to the pause, 1 after — one switch, monotone.
-            expect(versions).toEqual([...Array(k).fill(0), ...Array(14 - k).fill(1)])
+            expect(versions).toEqual([...Array(k).fill(0), ...Array(40 - k).fill(1)])
             expect(k).toBeGreaterThan(0)
             // Coherent: the tokens after the switch are the new weights' greedy continuation of
             // the prompt plus the tokens before it (a KV cache recomputed under the new weights).
-            expect(ids.slice(k)).toEqual(referenceGreedy(next, [...prompts[i]!, ...ids.slice(0, k)], 14 - k))
+            expect(ids.slice(k)).toEqual(referenceGreedy(next, [...prompts[i]!, ...ids.slice(0, k)], 40 - k))
           })
         })
       )

@@ -55,6 +55,7 @@ describe("packing", () => {
     expect([...mb!.advantages.subarray(0, 5)]).toEqual([1, 2, 3, 4, 5])
     expect([...mb!.behaviorLogprobs.subarray(0, 5)]).toEqual([-1, -2, -3, -4, -5])
     expect(mb!.oldLogprobs).toBeUndefined()
+    expect(mb!.hasPolicyGradientInputs).toBe(true)
     expect(mb!.trainedTokens).toBe(5)
     expect(mb!.placements).toEqual([
       { sequence: 0, offset: 0, length: 3 },
@@ -69,6 +70,12 @@ describe("packing", () => {
     for (const b of batches) expect(b.rows * b.seqLen).toBeLessThanOrEqual(32)
     expect(() => packSequences([seq(Array.from({ length: 20 }, () => 1))], { maxTokens: 64, maxSeqLen: 16 })).toThrow(PackingError)
     expect(() => packSequences([seq([1, 2, 3], { advantages: new Float32Array(2) })], { maxTokens: 64, maxSeqLen: 16 })).toThrow(/advantages has 2 entries/)
+    // The PG loss refuses rows without advantages or behavior logprobs rather than guessing.
+    const model = Transformer.init(tinyConfig(16), 1)
+    const [sftOnly] = packSequences([seq([1, 2, 3])], { maxTokens: 64, maxSeqLen: 16 })
+    expect(sftOnly!.hasPolicyGradientInputs).toBe(false)
+    expect(() => microBatchGradients(model, sftOnly!, { kind: "pg", ...DEFAULT_PG })).toThrow(/needs advantages and behaviorLogprobs/)
+    model.dispose()
   })
 })
 

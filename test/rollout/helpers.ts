@@ -49,9 +49,9 @@ export const waitFor = (cond: () => boolean, ms = 5_000) =>
     }
   })
 
-/** Waits for a pid file written by a fixture and returns the pid. */
+/** Waits for a pid file written by a fixture and returns the pid (generous: Node starts slowly on a busy machine). */
 export const readPidFile = (path: string) =>
-  waitFor(() => existsSync(path) && readFileSync(path, "utf8").trim() !== "").pipe(
+  waitFor(() => existsSync(path) && readFileSync(path, "utf8").trim() !== "", 15_000).pipe(
     Effect.map(() => Number(readFileSync(path, "utf8").trim()))
   )
 

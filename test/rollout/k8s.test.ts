@@ -260,15 +260,15 @@ describe("Kubernetes Job launcher", () => {
       yield* Effect.forEach(Array.from({ length: 6 }, () => spec()), (s) => launcher.launch(s), { concurrency: "unbounded" })
       expect(d.creates).toHaveLength(6)
       const times = d.creates.map((c) => c.at)
-      // Token bucket: any window of w ms holds at most burst + rate × w creates (40 ms of slack
-      // for the time a request takes from the bucket to the server).
+      // Token bucket: any window of w ms holds at most burst + rate × w creates. 120 ms of slack
+      // for the time a request takes from the bucket to the server on a busy machine.
       for (let i = 0; i < times.length; i++) {
         for (let j = i + 1; j < times.length; j++) {
-          expect(j - i + 1).toBeLessThanOrEqual(2 + Math.floor(((times[j]! - times[i]! + 40) * 8) / 1000))
+          expect(j - i + 1).toBeLessThanOrEqual(2 + Math.floor(((times[j]! - times[i]! + 120) * 8) / 1000))
         }
       }
-      // The limit bit: after the burst of 2, four more creates need at least 4 / 8 s.
-      expect(times[5]! - times[0]!).toBeGreaterThanOrEqual(4 * 125 - 40)
+      // The limit bit: after the burst of 2, four more creates need 4 / 8 s (unlimited: a few ms).
+      expect(times[5]! - times[0]!).toBeGreaterThanOrEqual(4 * 125 - 120)
     }))
 
   it.scopedLive("422 Invalid is a clear, non-retried rejection; a name taken by another attempt is a conflict", () =>

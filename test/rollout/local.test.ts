@@ -67,7 +67,7 @@ describe("local launcher", () => {
   it.scopedLive("a hanging harness times out: SIGTERM to the whole group, no orphan grandchild", () =>
     Effect.gen(function*() {
       const pidFile = pidPath("hang")
-      const handle = yield* launcher.launch(attemptSpec(harness(["hang", pidFile], { timeout_s: 1, grace_s: 2 })))
+      const handle = yield* launcher.launch(attemptSpec(harness(["hang", pidFile], { timeout_s: 3, grace_s: 2 })))
       const grandchild = yield* readPidFile(pidFile)
       stray.push(grandchild)
       expect(alive(grandchild)).toBe(true)
@@ -82,7 +82,7 @@ describe("local launcher", () => {
   it.scopedLive("a harness that ignores SIGTERM is SIGKILLed after the grace period, grandchild too", () =>
     Effect.gen(function*() {
       const pidFile = pidPath("stubborn")
-      const handle = yield* launcher.launch(attemptSpec(harness(["stubborn", pidFile], { timeout_s: 1, grace_s: 0.5 })))
+      const handle = yield* launcher.launch(attemptSpec(harness(["stubborn", pidFile], { timeout_s: 3, grace_s: 0.5 })))
       const grandchild = yield* readPidFile(pidFile)
       stray.push(grandchild)
       const outcome = yield* handle.outcome

@@ -23,6 +23,7 @@ import { Generator } from "./generator/Generator.js"
 import * as Upstream from "./generator/Upstream.js"
 import { makeApp } from "./http/router.js"
 import * as Metrics from "./metrics.js"
+import { loadTextCodec } from "./openai/codec.js"
 import * as Conversations from "./prompt/Conversations.js"
 import type { PromptFormat } from "./prompt/reuse.js"
 import * as SqliteStore from "./store/sqlite/SqliteStore.js"
@@ -125,7 +126,10 @@ export const layer = (
 
 /** A backend that samples with the policy engine behind `Generator`. */
 export const engineBackend = (format: PromptFormat): Layer.Layer<GatewayBackend, never, Generator> =>
-  Layer.effect(GatewayBackend, Effect.map(Generator, (generator): Backend => ({ _tag: "Engine", generator, format })))
+  Layer.effect(
+    GatewayBackend,
+    Effect.map(Effect.all([Generator, loadTextCodec]), ([generator, codec]): Backend => ({ _tag: "Engine", generator, format, codec }))
+  )
 
 /** A backend that proxies to an external OpenAI-compatible server. */
 export const upstreamBackend = (options: Upstream.UpstreamOptions): Layer.Layer<GatewayBackend, Upstream.UpstreamError> =>
@@ -182,4 +186,3 @@ export const rpcHandlers = GatewayRpcs.toLayer(
   }))
 )
 
-export { StoreError }

@@ -34,7 +34,7 @@ const make = (): MetricsService => {
     }),
     latency: new Histogram({
       name: "reins_gateway_request_duration_seconds",
-      help: "Time from request to the end of the response (streams included)",
+      help: "Time from request to the start of the response (for streams: until the stream begins)",
       labelNames: ["route"],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600],
       registers

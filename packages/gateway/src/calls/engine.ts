@@ -8,10 +8,11 @@
 import { HttpServerResponse } from "@effect/platform"
 import { GenerateRequest, type SamplingParams } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
-import { type Admission, HeldTooLong } from "../gate/PauseGate.js"
+import type { Admission, HeldTooLong } from "../gate/PauseGate.js"
 import type { GeneratorService } from "../generator/Generator.js"
 import { type ApiError, errorBody, heldTooLong, internal, shuttingDown } from "../http/errors.js"
 import { DONE, sse, SSE_HEADERS } from "../http/sse.js"
+import type { TextCodec } from "../openai/codec.js"
 import { type FinalOutput, OutputText } from "../openai/output.js"
 import * as R from "../openai/responses.js"
 import type { PromptFormat, Reuse } from "../prompt/reuse.js"
@@ -55,10 +56,13 @@ interface Served {
   readonly ctx: CallContext
   readonly plan: Plan
   readonly format: PromptFormat
+  readonly codec: TextCodec
   readonly admission: Admission
   readonly startedAt: number
   readonly sampled: Sampled
   readonly head: R.Head
+  /** Set when the call's one record has been claimed (success, failure or cancellation). */
+  recorded: boolean
 }
 
 const isChat = (s: Served) => s.ctx.endpoint === "chat.completions"
@@ -78,8 +82,20 @@ const responseBody = (s: Served, out: FinalOutput, finish: string) => {
     : R.textCompletion(s.head, { text: out.content, finishReason: finish, logprobs, promptIds: plan.promptIds, outputIds: sampled.outputIds })
 }
 
-/** Records the finished call and remembers its turn for prompt reuse. */
-const record = (s: Served, status: number, body: unknown, out: FinalOutput | null, finish: string | null, error: string | null) =>
+/**
+ * Records the call — once: the first of success, failure or cancellation wins, and an interrupt
+ * (the harness going away) cannot cut a record in half or add a second one.
+ */
+const record = (s: Served, status: number, body: unknown, out: FinalOutput | null, finish: string | null, error: string | null): Effect.Effect<void, ApiError> =>
+  Effect.uninterruptible(
+    Effect.suspend(() => {
+      if (s.recorded) return Effect.void
+      s.recorded = true
+      return recordOnce(s, status, body, out, finish, error)
+    })
+  )
+
+const recordOnce = (s: Served, status: number, body: unknown, out: FinalOutput | null, finish: string | null, error: string | null) =>
   recordServed(s.env, {
     attemptId: s.ctx.attempt.id,
     endpoint: s.ctx.endpoint,
@@ -121,7 +137,8 @@ const record = (s: Served, status: number, body: unknown, out: FinalOutput | nul
           })
         }
       })
-    )
+    ),
+    Effect.asVoid
   )
 
 /** The harness went away: keep what was sampled, marked cancelled. */
@@ -140,7 +157,8 @@ export const serve = (
   ctx: CallContext,
   plan: Plan,
   generator: GeneratorService,
-  format: PromptFormat
+  format: PromptFormat,
+  codec: TextCodec
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
   Effect.gen(function* () {
     const admission = yield* admit(env, ctx, plan)
@@ -150,9 +168,11 @@ export const serve = (
       ctx,
       plan,
       format,
+      codec,
       admission,
       startedAt: Date.now(),
       sampled: new Sampled(),
+      recorded: false,
       head: {
         id: R.completionId(ctx.endpoint === "chat.completions" ? "chatcmpl" : "cmpl"),
         created: Math.floor(Date.now() / 1000),
@@ -164,7 +184,7 @@ export const serve = (
   })
 
 const whole = (s: Served, generator: GeneratorService) => {
-  const out = new OutputText(s.format.tokenizer, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
+  const out = new OutputText(s.format.tokenizer, s.codec, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
   return generate(generator, s.plan).pipe(
     Stream.runForEach((chunk) =>
       Effect.sync(() => {
@@ -187,12 +207,11 @@ const whole = (s: Served, generator: GeneratorService) => {
 
 const streaming = (s: Served, generator: GeneratorService): HttpServerResponse.HttpServerResponse => {
   const chat = isChat(s)
-  const out = new OutputText(s.format.tokenizer, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
+  const out = new OutputText(s.format.tokenizer, s.codec, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
   const usageExtra = s.plan.includeUsage ? { usage: null } : {}
   let pendingIds: Array<number> = []
   let pendingLogprobs: Array<unknown> = []
   let textOffset = 0
-  let recorded = false
 
   const chunkOf = (choice: Record<string, unknown>) => (chat ? R.chatChunk(s.head, choice, usageExtra) : R.textChunk(s.head, choice, usageExtra))
   const takePending = () => {
@@ -233,31 +252,19 @@ const streaming = (s: Served, generator: GeneratorService): HttpServerResponse.H
           const final = out.finish()
           const finish = visibleFinish(s.sampled.finishReason, final)
           return record(s, 200, responseBody(s, final, finish), final, finish, null).pipe(
-            Effect.map(() => {
-              recorded = true
-              return closing(s, final, finish, chunkOf, takePending, contentChoice)
-            })
+            Effect.map(() => closing(s, final, finish, chunkOf, takePending, contentChoice))
           )
         })
       ).pipe(Stream.flattenIterables)
     ),
     Stream.catchAll((e) => {
       const error = "_tag" in e && e._tag === "ApiError" ? (e as ApiError) : internal(`generation failed: ${e.message}`)
-      return Stream.fromEffect(
-        (recorded ? Effect.void : recordFailed(s, error)).pipe(
-          Effect.map(() => {
-            recorded = true
-            return sse(errorBody(error))
-          })
-        )
-      )
+      return Stream.fromEffect(recordFailed(s, error).pipe(Effect.as(sse(errorBody(error)))))
     })
   )
 
   const events = Stream.concat(Stream.fromIterable(first), body).pipe(
-    Stream.ensuringWith((exit) =>
-      Effect.zipRight(recorded || Exit.isSuccess(exit) ? Effect.void : recordCancelled(s), s.admission.release)
-    )
+    Stream.ensuringWith((exit) => Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : recordCancelled(s), s.admission.release))
   )
   return HttpServerResponse.stream(events, { headers: SSE_HEADERS, contentType: "text/event-stream" })
 }
@@ -294,4 +301,3 @@ const mergeCompletionLogprobs = (parts: ReadonlyArray<ReturnType<typeof R.comple
   text_offset: parts.flatMap((p) => p.text_offset)
 })
 
-export { HeldTooLong }

@@ -9,13 +9,14 @@ import type { GeneratorService } from "../generator/Generator.js"
 import type { UpstreamService } from "../generator/Upstream.js"
 import { type ApiError, internal } from "../http/errors.js"
 import type { MetricsService } from "../metrics.js"
+import type { TextCodec } from "../openai/codec.js"
 import type { Conversations } from "../prompt/Conversations.js"
 import type { PromptFormat, Reuse } from "../prompt/reuse.js"
 import type { NewCall, StoreService } from "../store/Store.js"
 
 /** Where tokens come from: the policy engine (exact tokens) or an external server (proxied). */
 export type Backend =
-  | { readonly _tag: "Engine"; readonly generator: GeneratorService; readonly format: PromptFormat }
+  | { readonly _tag: "Engine"; readonly generator: GeneratorService; readonly format: PromptFormat; readonly codec: TextCodec }
   | { readonly _tag: "Upstream"; readonly upstream: UpstreamService }
 
 export interface CallEnv {

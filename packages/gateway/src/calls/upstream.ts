@@ -146,8 +146,6 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       yield* recordError(env, ctx, error, body)
       return yield* Effect.fail(error)
     }
-    const T = (globalThis as any).__U ??= { gate: 0, turns: 0, post: 0, read: 0, record: 0, n: 0 }
-    let t = performance.now()
     const admission = yield* env.gate.enter.pipe(
       Effect.catchTags({
         HeldTooLong: (e) => {
@@ -157,14 +155,22 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
         GateClosed: () => Effect.fail(shuttingDown())
       })
     )
-    T.gate += performance.now() - t; t = performance.now()
     const startedAt = Date.now()
     const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
-    T.turns += performance.now() - t; t = performance.now()
     const { forward, stripLogprobs } = forwardBody(upstream, ctx, body)
     const g = new Gathered(ctx.endpoint === "chat.completions")
 
-    const record = (status: number, response: unknown, error: string | null) => {
+    // One record per call, never cut in half by the harness going away (see calls/engine.ts).
+    let claimed = false
+    const record = (status: number, response: unknown, error: string | null): Effect.Effect<void, ApiError> =>
+      Effect.uninterruptible(
+        Effect.suspend(() => {
+          if (claimed) return Effect.void
+          claimed = true
+          return recordOnce(status, response, error)
+        })
+      )
+    const recordOnce = (status: number, response: unknown, error: string | null) => {
       const { reuse, keys, tk } = reuseOf(turns, body, g)
       const outputIds = Int32Array.from(g.outputIds)
       const trainable = status === 200 && g.trainable
@@ -200,7 +206,8 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
               })
             }
           })
-        )
+        ),
+        Effect.asVoid
       )
     }
 
@@ -209,9 +216,8 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       Effect.tapError((error) => Effect.zipRight(recordError(env, ctx, error, body, { heldMs: admission.heldMs, startedAt }), admission.release)),
       Effect.onInterrupt(() => admission.release)
     )
-    T.post += performance.now() - t; t = performance.now()
     const streamed = body.stream === true && res.status === 200 && res.contentType.includes("text/event-stream")
-    if (streamed) return relay(res, g, stripLogprobs, record, () => recordError(env, ctx, upstreamError("the upstream stream failed"), body), admission.release)
+    if (streamed) return relay(res, g, stripLogprobs, record, admission.release)
 
     return yield* Effect.gen(function* () {
       const text = yield* readText(res)
@@ -232,10 +238,7 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
       }
       g.addBody(json)
       g.firstTokenAt = Date.now()
-      T.read += performance.now() - t; t = performance.now()
       yield* record(200, json, null)
-      T.record += performance.now() - t; T.n++
-      if (T.n % 1000 === 0) { const n = T.n; console.log(JSON.stringify(Object.fromEntries(Object.entries(T).map(([k, v]: any) => [k, v / n])))) }
       return stripLogprobs
         ? HttpServerResponse.unsafeJson(stripChoiceLogprobs(json))
         : HttpServerResponse.text(text, { contentType: "application/json" })
@@ -255,15 +258,13 @@ const relay = (
   res: UpstreamResponse,
   g: Gathered,
   stripLogprobs: boolean,
-  record: (status: number, response: unknown, error: string | null) => Effect.Effect<unknown, ApiError>,
-  recordFailure: () => Effect.Effect<void>,
+  record: (status: number, response: unknown, error: string | null) => Effect.Effect<void, ApiError>,
   release: Effect.Effect<void>
 ): HttpServerResponse.HttpServerResponse => {
   const decoder = new TextDecoder()
   let buffer = ""
   let holding = false
   const held: Array<string> = []
-  let recorded = false
 
   const onEvent = (event: string): Array<Uint8Array> => {
     const data = event
@@ -307,27 +308,20 @@ const relay = (
       Stream.fromEffect(
         Effect.suspend(() => {
           if (buffer.trim() !== "") onEvent(buffer)
-          return record(200, g.response(), null).pipe(
-            Effect.map(() => {
-              recorded = true
-              return held.map((e) => encoder.encode(e))
-            })
-          )
+          return record(200, g.response(), null).pipe(Effect.map(() => held.map((e) => encoder.encode(e))))
         })
       ).pipe(Stream.flattenIterables)
     ),
     Stream.catchAll((error) =>
       Stream.fromEffect(
-        (recorded ? Effect.void : recordFailure()).pipe(
-          Effect.map(() => {
-            recorded = true
-            return encoder.encode(`data: ${JSON.stringify(errorBody(error))}\n\n`)
-          })
+        record(error.status, null, `${error.code ?? error.type}: ${error.message}`).pipe(
+          Effect.ignore,
+          Effect.as(encoder.encode(`data: ${JSON.stringify(errorBody(error))}\n\n`))
         )
       )
     ),
     Stream.ensuringWith((exit) =>
-      Effect.zipRight(recorded || Exit.isSuccess(exit) ? Effect.void : record(499, g.response(), "client closed the request").pipe(Effect.ignore), release)
+      Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : record(499, g.response(), "client closed the request").pipe(Effect.ignore), release)
     )
   )
   return HttpServerResponse.stream(events, { headers: SSE_HEADERS, contentType: "text/event-stream" })

@@ -5,8 +5,9 @@
  * sequence at the end, or whitespace that parsing would trim) is held back until it is decided.
  * Special tokens (EOS, turn markers) are not text; `<tool_call>` tags are.
  */
-import { parseToolCalls, StreamDecoder, TOOL_CALL_OPEN, type Tokenizer, type ToolCallParseError } from "@reins/policy"
+import type { Tokenizer, ToolCallParseError } from "@reins/policy"
 import type { ReplyCall } from "../prompt/keys.js"
+import type { TextCodec } from "./codec.js"
 
 export interface OutputOptions {
   /** Parse `<tool_call>` blocks into tool calls (chat with tool_choice ≠ "none"). */
@@ -33,7 +34,8 @@ const heldPrefix = (text: string, end: number, marker: string): number => {
 }
 
 export class OutputText {
-  private readonly decoder: StreamDecoder
+  private readonly decoder: ReturnType<TextCodec["streamDecoder"]>
+  private readonly open: string
   private readonly skip: ReadonlySet<number>
   private readonly markers: ReadonlyArray<string>
   private text = ""
@@ -43,11 +45,13 @@ export class OutputText {
 
   constructor(
     tokenizer: Tokenizer,
+    private readonly codec: TextCodec,
     private readonly options: OutputOptions
   ) {
-    this.decoder = new StreamDecoder(tokenizer)
+    this.decoder = codec.streamDecoder(tokenizer)
+    this.open = codec.toolCallOpen
     this.skip = new Set(tokenizer.addedTokens.filter((t) => t.special).map((t) => t.id))
-    this.markers = [...(options.parseTools ? [TOOL_CALL_OPEN] : []), ...options.stop.filter((s) => s.length > 0)]
+    this.markers = [...(options.parseTools ? [this.open] : []), ...options.stop.filter((s) => s.length > 0)]
   }
 
   /** Feeds sampled ids; returns the content that can be streamed now (possibly ""). */
@@ -66,7 +70,7 @@ export class OutputText {
       this.text += this.decoder.flush()
       this.applyStop()
     }
-    const parsed = this.options.parseTools ? parseToolCalls(this.text) : { content: this.text, toolCalls: [], errors: [] }
+    const parsed = this.options.parseTools ? this.codec.parseToolCalls(this.text) : { content: this.text, toolCalls: [], errors: [] }
     const streamed = this.text.slice(0, this.emitted)
     // Streamed text is always a prefix of the final content (see the class comment).
     const delta = parsed.content.startsWith(streamed) ? parsed.content.slice(streamed.length) : ""
@@ -89,7 +93,7 @@ export class OutputText {
   private take(final: boolean): string {
     let end = this.text.length
     if (this.options.parseTools && this.callAt < 0) {
-      const at = this.text.indexOf(TOOL_CALL_OPEN, Math.max(0, this.emitted - TOOL_CALL_OPEN.length))
+      const at = this.text.indexOf(this.open, Math.max(0, this.emitted - this.open.length))
       if (at >= 0) this.callAt = at
     }
     if (this.callAt >= 0) end = Math.min(end, this.callAt)

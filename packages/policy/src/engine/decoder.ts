@@ -21,18 +21,20 @@ export interface Decoder<C extends DecoderCache = DecoderCache> {
   newCache(capacity: number): C
   /** Drops a cache's contents (it may be reused by `newCache`). */
   releaseCache(cache: C): void
-  /** Appends each chunk's ids to its cache; logits of each chunk's last id, [chunks, vocab]. */
+  /**
+   * Appends each chunk's ids to its cache; logits of each chunk's last id, [chunks, vocab]
+   * (valid until the next call).
+   */
   forward(chunks: ReadonlyArray<{ readonly cache: C; readonly ids: Int32Array }>): Float32Array
   /** Takes the current weights of `model` as version `version`. */
   setWeights(model: Transformer, version: number): void
   dispose(): void
 }
 
-/** The engine's decoder: typed-array decode path over a weight snapshot, with pooled caches. */
+/** The engine's decoder: the typed-array decode path over a weight snapshot. */
 export class FastEngineDecoder implements Decoder<KvCache> {
   private weights: DecodeWeights
   private readonly decoder: FastDecoder
-  private readonly free: Array<KvCache> = []
 
   constructor(model: Transformer, version = model.version) {
     this.weights = DecodeWeights.fromModel(model, { version })
@@ -48,18 +50,15 @@ export class FastEngineDecoder implements Decoder<KvCache> {
   }
 
   newCache(capacity: number): KvCache {
-    const i = this.free.findIndex((c) => c.capacity >= capacity)
-    if (i >= 0) return this.free.splice(i, 1)[0]!
     return this.decoder.newCache(capacity)
   }
 
   releaseCache(cache: KvCache): void {
-    cache.length = 0
-    if (this.free.length < 64) this.free.push(cache)
+    this.decoder.freeCache(cache)
   }
 
   forward(chunks: ReadonlyArray<{ readonly cache: KvCache; readonly ids: Int32Array }>): Float32Array {
-    return this.decoder.forward(chunks, "last")
+    return this.decoder.forward(chunks, "last", true)
   }
 
   setWeights(model: Transformer, version: number): void {
@@ -71,7 +70,6 @@ export class FastEngineDecoder implements Decoder<KvCache> {
 
   dispose(): void {
     this.weights.dispose()
-    this.free.length = 0
   }
 }
 

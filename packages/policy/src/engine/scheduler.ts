@@ -55,6 +55,12 @@ export interface SchedulerOptions<C extends DecoderCache> {
   readonly maxBatch?: number
   /** Prompt tokens run per step at most, so decoding keeps flowing beside long prompts (default 512). */
   readonly prefillBudget?: number
+  /**
+   * A sequence's tokens are emitted together until this many milliseconds have passed since its
+   * last chunk (default 0: every token is its own chunk). A few ms is invisible to a reader and
+   * saves waking every consumer at every step when many sequences run.
+   */
+  readonly coalesceMs?: number
 }
 
 interface Sequence<C> {
@@ -66,7 +72,17 @@ interface Sequence<C> {
   readonly stops: StopMatcher
   /** Tokens the sequence may still produce: min(max_tokens, context − prompt). */
   readonly budget: number
+  /** Sampled ids, their logprobs and versions; chunks are views of these (no allocation per token). */
   readonly output: Array<number>
+  readonly outIds: Int32Array
+  readonly outLogprobs: Float32Array
+  readonly outVersions: Int32Array
+  /** [budget × topLogprobs] alternatives, when asked for. */
+  readonly outTopIds: Int32Array
+  readonly outTopLogprobs: Float32Array
+  /** Tokens before this index have been emitted; when the last chunk went out. */
+  emitted: number
+  lastEmit: number
   readonly versions: Array<number>
   cache: C | undefined
   cacheVersion: number
@@ -90,6 +106,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   private readonly stopIds: ReadonlySet<number>
   private readonly maxBatch: number
   private readonly prefillBudget: number
+  private readonly coalesceMs: number
   private readonly sampler = new Sampler()
   private readonly waiting: Array<Sequence<C>> = []
   private running: Array<Sequence<C>> = []
@@ -106,6 +123,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     this.stopIds = new Set(options.stopIds)
     this.maxBatch = options.maxBatch ?? 32
     this.prefillBudget = options.prefillBudget ?? 512
+    this.coalesceMs = options.coalesceMs ?? 0
   }
 
   get version(): number {
@@ -159,6 +177,13 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       stops,
       budget: Math.min(params.maxTokens, c.contextLength - promptIds.length),
       output: [],
+      outIds: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
+      outLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
+      outVersions: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
+      outTopIds: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length) * params.topLogprobs),
+      outTopLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length) * params.topLogprobs),
+      emitted: 0,
+      lastEmit: 0,
       versions: [],
       cache: undefined,
       cacheVersion: -1,
@@ -182,6 +207,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   /** Holds every live sequence at the current token boundary; returns their state. */
   interrupt(): ReadonlyArray<SequenceState> {
     this.interrupted = true
+    for (const seq of this.running) this.flush(seq)
     this.held = [...this.held, ...this.running]
     this.running = []
     return this.held.map((s) => ({
@@ -277,29 +303,66 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     const p = seq.params
     const s = this.sampler.sample(logits, { temperature: p.temperature, topP: p.topP, topK: p.topK, topLogprobs: p.topLogprobs }, seq.rng)
     const version = this.decoder.version
+    const n = seq.output.length
     seq.output.push(s.id)
     seq.versions.push(version)
+    seq.outIds[n] = s.id
+    seq.outLogprobs[n] = s.logprob
+    seq.outVersions[n] = version
     this.generatedTokens++
     const stop = seq.stops.push(s.id)
     const finish: FinishReason | undefined = stop !== undefined ? "stop" : seq.output.length >= seq.budget ? "length" : undefined
-    seq.sink.chunk(
-      new GenerateChunk({
-        outputIds: Int32Array.of(s.id),
-        logprobs: Float32Array.of(s.logprob),
-        versions: Int32Array.of(version),
-        ...(s.topIds !== undefined ? { topIds: s.topIds, topLogprobs: s.topLogprobs! } : {}),
-        ...(finish !== undefined ? { finishReason: finish } : {}),
-        ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
-      },
-      true // built from values checked here; skip per-token schema validation
+    const k = p.topLogprobs
+    if (k > 0) {
+      seq.outTopIds.set(s.topIds!, n * k)
+      seq.outTopLogprobs.set(s.topLogprobs!, n * k)
+    }
+    const now = this.coalesceMs > 0 ? performance.now() : 0
+    if (finish !== undefined || this.coalesceMs === 0 || now - seq.lastEmit >= this.coalesceMs) {
+      const from = seq.emitted
+      const to = n + 1
+      seq.emitted = to
+      seq.lastEmit = now
+      seq.sink.chunk(
+        new GenerateChunk(
+          {
+            outputIds: seq.outIds.subarray(from, to),
+            logprobs: seq.outLogprobs.subarray(from, to),
+            versions: seq.outVersions.subarray(from, to),
+            ...(k > 0 ? { topIds: seq.outTopIds.subarray(from * k, to * k), topLogprobs: seq.outTopLogprobs.subarray(from * k, to * k) } : {}),
+            ...(finish !== undefined ? { finishReason: finish } : {}),
+            ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
+          },
+          true // built from values checked here; skip per-token schema validation
+        )
       )
-    )
+    }
     if (finish !== undefined) {
       this.running = this.running.filter((r) => r !== seq)
       this.retire(seq)
     } else {
       seq.pending = Int32Array.of(s.id)
     }
+  }
+
+  /** Emits the tokens a sequence has not emitted yet (coalescing), without a finish reason. */
+  private flush(seq: Sequence<C>): void {
+    const from = seq.emitted
+    const to = seq.output.length
+    if (to === from) return
+    const k = seq.params.topLogprobs
+    seq.emitted = to
+    seq.sink.chunk(
+      new GenerateChunk(
+        {
+          outputIds: seq.outIds.subarray(from, to),
+          logprobs: seq.outLogprobs.subarray(from, to),
+          versions: seq.outVersions.subarray(from, to),
+          ...(k > 0 ? { topIds: seq.outTopIds.subarray(from * k, to * k), topLogprobs: seq.outTopLogprobs.subarray(from * k, to * k) } : {}),
+        },
+        true
+      )
+    )
   }
 
   private abort(seq: Sequence<C>, error: EngineError): void {

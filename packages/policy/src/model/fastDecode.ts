@@ -20,6 +20,7 @@
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "./config.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
+import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable } from "./ops.js"
 import type { Transformer } from "./transformer.js"
 
@@ -111,19 +112,31 @@ export class DecodeWeights {
   }
 }
 
-/** Keys (rotated) and values of one sequence: [capacity, d] per layer. */
+/**
+ * Keys (rotated) and values of one sequence, [capacity, d] per layer, in its decoder's kernel
+ * memory (see attentionKernel.ts): a byte offset, not an array, since that memory can grow.
+ */
 export class KvCache {
   length = 0
-  readonly keys: Array<Float64Array>
-  readonly values: Array<Float32Array>
 
   constructor(
     readonly capacity: number,
-    layers: number,
-    d: number
-  ) {
-    this.keys = Array.from({ length: layers }, () => new Float64Array(capacity * d))
-    this.values = Array.from({ length: layers }, () => new Float32Array(capacity * d))
+    /** Byte offset of layer 0's keys; each layer holds keys then values. */
+    readonly offset: number,
+    private readonly d: number
+  ) {}
+
+  /** Floats the cache occupies. */
+  static floats(capacity: number, layers: number, d: number): number {
+    return capacity * d * 2 * layers
+  }
+
+  keys(l: number): number {
+    return this.offset + l * 2 * this.capacity * this.d * 4
+  }
+
+  values(l: number): number {
+    return this.keys(l) + this.capacity * this.d * 4
   }
 }
 
@@ -136,11 +149,26 @@ export interface Chunk {
 export class FastDecoder {
   private readonly scratch = new Scratch()
   private readonly rope: RopeTable | undefined
-  private q = new Float64Array(0)
+
+  private readonly kernel: AttentionKernel
+  /** Kernel-memory scratch: the current query row, its scores, one head's output. */
+  private readonly qAt: number
+  private readonly scoresAt: number
+  private readonly outAt: number
 
   constructor(private weights: DecodeWeights) {
     const c = weights.config
     this.rope = c.positions === "rope" ? ropeTable(c.contextLength, c.headDim, c.ropeTheta) : undefined
+    // The SIMD kernels work on 4-float groups.
+    this.kernel = new AttentionKernel({ simd: c.headDim % 4 === 0 })
+    this.qAt = this.kernel.alloc(c.dModel)
+    this.scoresAt = this.kernel.alloc(c.contextLength)
+    this.outAt = this.kernel.alloc(c.dModel)
+  }
+
+  /** True when attention runs on the wasm SIMD kernels (else their JS fallback). */
+  get simd(): boolean {
+    return this.kernel.simd
   }
 
   get config(): ModelConfig {
@@ -156,15 +184,25 @@ export class FastDecoder {
     this.weights = weights
   }
 
+  /** A cache for up to `capacity` tokens (rounded up to 64, so freed caches get reused). */
   newCache(capacity = this.config.contextLength): KvCache {
-    return new KvCache(Math.min(capacity, this.config.contextLength), this.config.nLayers, this.config.dModel)
+    const c = this.config
+    const rounded = Math.min(c.contextLength, Math.ceil(Math.max(1, capacity) / 64) * 64)
+    return new KvCache(rounded, this.kernel.alloc(KvCache.floats(rounded, c.nLayers, c.dModel)), c.dModel)
+  }
+
+  /** Returns a cache's memory (the cache must not be used afterwards). */
+  freeCache(cache: KvCache): void {
+    const c = this.config
+    this.kernel.free(cache.offset, KvCache.floats(cache.capacity, c.nLayers, c.dModel))
   }
 
   /**
    * Appends every chunk's ids to its cache and returns logits, row-major [rows, vocab]: one row
-   * per chunk (its last token) with `logits: "last"`, or one per id with `"all"`.
+   * per chunk (its last token) with `logits: "last"`, or one per id with `"all"`. With
+   * `reuse: true` the result is a buffer the next call overwrites (no allocation per step).
    */
-  forward(chunks: ReadonlyArray<Chunk>, logits: "last" | "all" = "last"): Float32Array {
+  forward(chunks: ReadonlyArray<Chunk>, logits: "last" | "all" = "last", reuse = false): Float32Array {
     const c = this.config
     const w = this.weights
     const d = c.dModel
@@ -215,7 +253,8 @@ export class FastDecoder {
     }
     const hs = this.scratch.get("hs", rows * d)
     this.norm(sel, hs, rows, w.finalNorm, w.finalNormBias)
-    return this.gemm(hs, rows, w.head, "logits").slice()
+    const out = this.gemm(hs, rows, w.head, "logits")
+    return reuse ? out : out.slice()
   }
 
   /** RMSNorm or LayerNorm of every row of x [R, d] into out. */
@@ -276,26 +315,34 @@ export class FastDecoder {
     let R = 0
     for (const ch of chunks) R += ch.ids.length
     const out = this.scratch.get("att", R * d)
-    const q = this.q.length === d ? this.q : (this.q = new Float64Array(d))
-    const scores = this.scratch.get("scores", c.contextLength)
+    const m = this.kernel.f32()
+    const q = this.qAt >> 2
+    const scores = this.scoresAt >> 2
+    const head = this.outAt >> 2
     let r = 0
     for (const ch of chunks) {
-      const keys = ch.cache.keys[l]!
-      const values = ch.cache.values[l]!
+      const keys = ch.cache.keys(l)
+      const values = ch.cache.values(l)
       // Store this chunk's keys and values first: each row attends to the ones before it.
       for (let i = 0; i < ch.ids.length; i++) {
         const pos = ch.cache.length + i
         const src = (r + i) * 3 * d
-        keys.set(qkv.subarray(src + d, src + 2 * d), pos * d)
-        values.set(qkv.subarray(src + 2 * d, src + 3 * d), pos * d)
-        if (this.rope !== undefined) rotate(keys, pos * d, pos, H, this.rope)
+        m.set(qkv.subarray(src + d, src + 2 * d), (keys >> 2) + pos * d)
+        m.set(qkv.subarray(src + 2 * d, src + 3 * d), (values >> 2) + pos * d)
+        if (this.rope !== undefined) rotate(m, (keys >> 2) + pos * d, pos, H, this.rope)
       }
       for (let i = 0; i < ch.ids.length; i++, r++) {
         const pos = ch.cache.length + i
-        q.set(qkv.subarray(r * 3 * d, r * 3 * d + d))
-        if (this.rope !== undefined) rotate(q, 0, pos, H, this.rope)
-        for (let t = 0; t < d; t++) q[t]! *= scale
-        for (let h = 0; h < H; h++) attendHead(q, keys, values, pos, d, h * hd, hd, scores, out, r * d + h * hd)
+        m.set(qkv.subarray(r * 3 * d, r * 3 * d + d), q)
+        if (this.rope !== undefined) rotate(m, q, pos, H, this.rope)
+        for (let t = 0; t < d; t++) m[q + t]! *= scale
+        for (let h = 0; h < H; h++) {
+          // scores = q_h·K_hᵀ over positions 0..pos, softmax, then Σ p·V_h.
+          this.kernel.dotRows(this.qAt + h * hd * 4, keys + h * hd * 4, pos + 1, d * 4, hd * 4, this.scoresAt)
+          softmaxInPlace(m, scores, pos + 1)
+          this.kernel.axpyRows(this.scoresAt, values + h * hd * 4, pos + 1, d * 4, hd * 4, this.outAt)
+          out.set(m.subarray(head, head + hd), r * d + h * hd)
+        }
       }
     }
     return out
@@ -327,67 +374,18 @@ export class FastDecoder {
   }
 }
 
-/**
- * One head of one query row over a cache: softmax(q·Kᵀ)·V over positions 0..pos, written to
- * out[o .. o + hd). q is already scaled. Unrolled by 4 keys so each output element is loaded
- * and stored once per 4 value rows (the hot loop of decoding).
- */
-const attendHead = (
-  q: Float64Array,
-  keys: Float64Array,
-  values: Float32Array,
-  pos: number,
-  d: number,
-  ho: number,
-  hd: number,
-  scores: Float32Array,
-  out: Float32Array,
-  o: number
-): void => {
+/** Softmax of m[at .. at + n) in place. */
+const softmaxInPlace = (m: Float32Array, at: number, n: number): void => {
   let max = -Infinity
-  for (let j = 0; j <= pos; j++) {
-    const ko = j * d + ho
-    let s0 = 0
-    let s1 = 0
-    let s2 = 0
-    let s3 = 0
-    let t = 0
-    for (; t + 4 <= hd; t += 4) {
-      s0 += q[ho + t]! * keys[ko + t]!
-      s1 += q[ho + t + 1]! * keys[ko + t + 1]!
-      s2 += q[ho + t + 2]! * keys[ko + t + 2]!
-      s3 += q[ho + t + 3]! * keys[ko + t + 3]!
-    }
-    for (; t < hd; t++) s0 += q[ho + t]! * keys[ko + t]!
-    const s = s0 + s1 + s2 + s3
-    scores[j] = s
-    if (s > max) max = s
-  }
+  for (let j = 0; j < n; j++) if (m[at + j]! > max) max = m[at + j]!
   let sum = 0
-  for (let j = 0; j <= pos; j++) {
-    const e = Math.exp(scores[j]! - max)
-    scores[j] = e
+  for (let j = 0; j < n; j++) {
+    const e = Math.exp(m[at + j]! - max)
+    m[at + j] = e
     sum += e
   }
   const inv = 1 / sum
-  out.fill(0, o, o + hd)
-  let j = 0
-  for (; j + 4 <= pos + 1; j += 4) {
-    const p0 = scores[j]! * inv
-    const p1 = scores[j + 1]! * inv
-    const p2 = scores[j + 2]! * inv
-    const p3 = scores[j + 3]! * inv
-    const v0 = j * d + ho
-    const v1 = v0 + d
-    const v2 = v1 + d
-    const v3 = v2 + d
-    for (let t = 0; t < hd; t++) out[o + t]! += p0 * values[v0 + t]! + p1 * values[v1 + t]! + p2 * values[v2 + t]! + p3 * values[v3 + t]!
-  }
-  for (; j <= pos; j++) {
-    const p = scores[j]! * inv
-    const vo = j * d + ho
-    for (let t = 0; t < hd; t++) out[o + t]! += p * values[vo + t]!
-  }
+  for (let j = 0; j < n; j++) m[at + j]! *= inv
 }
 
 /** Rotary embedding of one row (all heads) of `a` starting at `offset`, at position `pos`. */

@@ -22,7 +22,7 @@
 import * as tf from "@tensorflow/tfjs"
 import { upload } from "../model/heap.js"
 import { tokenLogprobs } from "../model/ops.js"
-import type { MicroBatch } from "./microbatch.js"
+import { type MicroBatch, PackingError } from "./microbatch.js"
 
 export interface PgSettings {
   readonly clipLow: number
@@ -61,6 +61,7 @@ export const importanceWeights = (old: Float32Array, behavior: Float32Array, cap
 
 /** The PPO dual-clip loss with truncated importance sampling (see the module comment). */
 export const policyGradientLoss = (logits: tf.Tensor2D, batch: MicroBatch, s: PgSettings): LossOutput => {
+  if (!batch.hasPolicyGradientInputs) throw new PackingError({ message: "the policy-gradient loss needs advantages and behaviorLogprobs on every sequence" })
   const { logprobs, entropy } = tokenLogprobs(logits, batch.targets)
   const n = batch.targets.length
   // π_old is a constant: given, or the current values with the gradient stopped.

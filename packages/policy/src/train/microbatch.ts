@@ -47,6 +47,8 @@ export interface MicroBatch extends TokenBatch {
   readonly behaviorLogprobs: Float32Array
   /** Present when every sequence in the batch came with `oldLogprobs`. */
   readonly oldLogprobs: Float32Array | undefined
+  /** Every sequence came with advantages and behavior logprobs (the PG loss needs both). */
+  readonly hasPolicyGradientInputs: boolean
   readonly placements: ReadonlyArray<Placement>
   /** Slots with a non-zero weight. */
   readonly trainedTokens: number
@@ -127,6 +129,7 @@ const buildBatch = (sequences: ReadonlyArray<TrainingSequence>, rows: ReadonlyAr
   const advantages = new Float32Array(size)
   const behaviorLogprobs = new Float32Array(size)
   const withOld = rows.every((r) => r.items.every((i) => sequences[i]!.oldLogprobs !== undefined))
+  const hasPolicyGradientInputs = rows.every((r) => r.items.every((i) => sequences[i]!.advantages !== undefined && sequences[i]!.behaviorLogprobs !== undefined))
   const oldLogprobs = withOld ? new Float32Array(size) : undefined
   const placements: Array<Placement> = []
   let trainedTokens = 0
@@ -152,7 +155,21 @@ const buildBatch = (sequences: ReadonlyArray<TrainingSequence>, rows: ReadonlyAr
       col += n
     })
   })
-  return { rows: rows.length, seqLen, inputIds, targets, positions, segments, weights, advantages, behaviorLogprobs, oldLogprobs, placements, trainedTokens }
+  return {
+    rows: rows.length,
+    seqLen,
+    inputIds,
+    targets,
+    positions,
+    segments,
+    weights,
+    advantages,
+    behaviorLogprobs,
+    oldLogprobs,
+    hasPolicyGradientInputs,
+    placements,
+    trainedTokens
+  }
 }
 
 /** Splits per-slot values of a micro-batch back into per-sequence arrays aligned with tokens (index 0 = NaN). */

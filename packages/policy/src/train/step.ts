@@ -6,7 +6,7 @@
 import * as tf from "@tensorflow/tfjs"
 import type { Transformer } from "../model/transformer.js"
 import { type LossOutput, type Objective, pgStats, type PgStats, policyGradientLoss, sftLoss } from "./losses.js"
-import { type MicroBatch, packSequences, type PackOptions, type TrainingSequence, unpack } from "./microbatch.js"
+import { type MicroBatch, PackingError, packSequences, type PackOptions, type TrainingSequence, unpack } from "./microbatch.js"
 import type { AdamW, UpdateStats } from "./optimizer.js"
 
 export interface StepStats extends UpdateStats {
@@ -32,6 +32,9 @@ interface MicroResult {
 
 /** Loss and gradients of one micro-batch (gradients by parameter name; the caller disposes them). */
 export const microBatchGradients = (model: Transformer, batch: MicroBatch, objective: Objective): MicroResult => {
+  if (objective.kind === "pg" && !batch.hasPolicyGradientInputs) {
+    throw new PackingError({ message: "the policy-gradient loss needs advantages and behaviorLogprobs on every sequence" })
+  }
   const names = new Map(model.variables().map((v) => [v.name, v] as const))
   let entropySum = 0
   let pg: PgStats | undefined

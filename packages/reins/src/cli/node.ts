@@ -6,6 +6,8 @@
 import { Command, Options } from "@effect/cli"
 import { ActorSystem, Node, NodeStartError, Probe } from "@reins/runtime"
 import { Console, Effect, Layer, Option } from "effect"
+// TODO(lead): import from "@reins/rollout" once packages/rollout/src/index.ts re-exports ./controller/index.js
+import * as RolloutLauncher from "../../../rollout/src/controller/launcherActor.js"
 
 export interface Role {
   readonly description: string
@@ -14,15 +16,16 @@ export interface Role {
 }
 
 /**
- * Role → the actors it starts. Gateway, trainer and rollout are placeholders for now (probe
+ * Role → the actors it starts. Gateway and trainer are placeholders for now (probe
  * actors that answer a ping); the issues that build those actors replace their entries here.
  */
 export const roleActors: Record<string, Role> = {
   gateway: { description: "placeholder actor `gateway` (answers Ping; the real Gateway is not built yet)", actors: Probe.layer("gateway") },
   trainer: { description: "placeholder actor `trainer` (answers Ping; the real Trainer is not built yet)", actors: Probe.layer("trainer") },
   rollout: {
-    description: "placeholder actor `rollout/<node id>` (answers Ping; the real Rollout Controller is not built yet)",
-    actors: Probe.layer("rollout", { perNode: true })
+    description:
+      "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, REINS_ROLLOUT_CONCURRENCY=N, default 8)",
+    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => RolloutLauncher.layerFromEnv(node.dataDir)))
   }
 }
 

@@ -122,7 +122,9 @@ const backendOf = (args: ServeArgs) =>
 
 export const runServe = (args: ServeArgs) =>
   Effect.gen(function* () {
-    const { host, port } = yield* parseListen(args.http)
+    const { host, port } = yield* parseListen(args.http).pipe(
+      Effect.mapError(() => new Error(`--http ${args.http}: expected HOST:PORT (port 0 picks a free one)`))
+    )
     if (Option.isSome(args.upstream) && Option.isSome(args.model)) {
       return yield* Effect.fail(new Error("--model and --upstream exclude each other: serve a policy or proxy to a server"))
     }

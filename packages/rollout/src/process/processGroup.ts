@@ -16,7 +16,7 @@
  * needed for that; Kubernetes gives that isolation).
  */
 import { type LogCapture, SpawnError } from "@reins/protocol"
-import { Deferred, Duration, Effect, Exit, type Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, FiberId, type Scope } from "effect"
 import { spawn } from "node:child_process"
 import { rmSync, statSync, writeFileSync } from "node:fs"
 import { CappedLog } from "./logCapture.js"
@@ -105,10 +105,14 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     if (file === undefined) {
       return yield* new SpawnError({ reason: "spawn", code: null, command: "", message: "empty command" })
     }
-    const leaderExit = yield* Deferred.make<{ code: number | null; signal: NodeJS.Signals | null }>()
-    const pipesClosed = yield* Deferred.make<void>()
-    const stopRequest = yield* Deferred.make<{ by: StoppedBy; reason: string }>()
-    const done = yield* Deferred.make<GroupExit>()
+    // Node reports through callbacks; Deferreds hand the news to the supervisor. `trigger` is the
+    // first of: the leader exited (null), the timeout fired, `stop()` was called.
+    type Trigger = { readonly by: StoppedBy; readonly reason: string } | null
+    let exitInfo: { readonly code: number | null; readonly signal: NodeJS.Signals | null } | null = null
+    const leaderExit = Deferred.unsafeMake<void>(FiberId.none)
+    const pipesClosed = Deferred.unsafeMake<void>(FiberId.none)
+    const trigger = Deferred.unsafeMake<Trigger>(FiberId.none)
+    const done = Deferred.unsafeMake<GroupExit>(FiberId.none)
     const [stdout, stderr] = yield* Effect.try({
       try: () => [new CappedLog(spec.stdoutFile, spec.maxLogBytes), new CappedLog(spec.stderrFile, spec.maxLogBytes)] as const,
       catch: (e) =>
@@ -129,11 +133,16 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
         // Invalid arguments (a NUL byte in argv or env, ...) throw instead of emitting 'error'.
         stdout.close()
         stderr.close()
-        return resume(Effect.fail(new SpawnError({ reason: "spawn", code: (e as NodeJS.ErrnoException).code ?? null, command: file, message: spawnErrorMessage(file, e as NodeJS.ErrnoException) })))
+        const err = e as NodeJS.ErrnoException
+        return resume(Effect.fail(new SpawnError({ reason: "spawn", code: err.code ?? null, command: file, message: spawnErrorMessage(file, err) })))
       }
       stdout.follow(c.stdout!)
       stderr.follow(c.stderr!)
-      c.once("exit", (code, signal) => Deferred.unsafeDone(leaderExit, Exit.succeed({ code, signal })))
+      c.once("exit", (code, signal) => {
+        exitInfo = { code, signal }
+        Deferred.unsafeDone(leaderExit, Exit.void)
+        Deferred.unsafeDone(trigger, Exit.succeed(null))
+      })
       c.once("close", () => Deferred.unsafeDone(pipesClosed, Exit.void))
       c.once("spawn", () => resume(Effect.succeed(c)))
       c.once("error", (e: NodeJS.ErrnoException) => {
@@ -148,28 +157,26 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     if (spec.pidFile !== undefined) {
       writeFileSync(spec.pidFile, JSON.stringify({ ...spec.pidRecord, pgid, startTime: readProcStat(pgid)?.startTime ?? null }) + "\n")
     }
+    // A plain timer: it is cleared on the common path, and an Effect.sleep race would cost fibers
+    // on every attempt (launch overhead is what the rollout bench measures).
+    const timer = setTimeout(
+      () => Deferred.unsafeDone(trigger, Exit.succeed({ by: "timeout", reason: `timed out after ${spec.timeoutMs} ms` })),
+      Math.min(spec.timeoutMs, 2 ** 31 - 1)
+    )
 
     let killed = false // SIGKILL already sent to the group
     /** SIGTERM the group, give the leader `graceMs` to exit, then SIGKILL the group. */
     const terminate = Effect.gen(function*() {
       signalGroup(pgid, "SIGTERM")
-      const exited = yield* Deferred.await(leaderExit).pipe(Effect.timeoutOption(Duration.millis(spec.graceMs)))
-      if (exited._tag === "None") {
-        killed = signalGroup(pgid, "SIGKILL") || killed
-      }
+      if (!(yield* within(leaderExit, spec.graceMs))) killed = signalGroup(pgid, "SIGKILL") || killed
     })
 
     const supervise = Effect.gen(function*() {
-      const first = yield* Effect.raceAll([
-        Deferred.await(leaderExit).pipe(Effect.as(null)),
-        Effect.sleep(Duration.millis(spec.timeoutMs)).pipe(
-          Effect.as<{ by: StoppedBy; reason: string }>({ by: "timeout", reason: `timed out after ${spec.timeoutMs} ms` })
-        ),
-        Deferred.await(stopRequest)
-      ])
+      const first = yield* Deferred.await(trigger)
+      clearTimeout(timer)
       if (first !== null) yield* terminate
       // SIGKILL cannot be ignored; the bound only guards against a process stuck in the kernel.
-      const leader = yield* Deferred.await(leaderExit).pipe(Effect.timeoutOption(Duration.seconds(10)))
+      yield* within(leaderExit, 10_000)
       // Stragglers: whatever the harness started and left running (or that ignored SIGTERM).
       const hadStragglers = groupAlive(pgid)
       if (hadStragglers) {
@@ -178,27 +185,23 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
         yield* waitUntil(() => !groupAlive(pgid), 2_000)
       }
       // The pipes close when the last holder dies; one that escaped the group could hold them open.
-      const closed = yield* Deferred.await(pipesClosed).pipe(Effect.timeoutOption(Duration.seconds(2)))
-      if (closed._tag === "None") {
+      if (!(yield* within(pipesClosed, 2_000))) {
         child.stdout?.destroy()
         child.stderr?.destroy()
       }
-      const out = stdout.close()
-      const err = stderr.close()
       if (spec.pidFile !== undefined) rmSync(spec.pidFile, { force: true })
-      const stop = first
-      const exit: GroupExit = {
-        exitCode: leader._tag === "Some" ? leader.value.code : null,
-        signal: leader._tag === "Some" ? leader.value.signal : "SIGKILL",
-        stoppedBy: stop?.by ?? null,
-        stopReason: stop?.reason ?? null,
+      const leader = exitInfo as { readonly code: number | null; readonly signal: NodeJS.Signals | null } | null
+      yield* Deferred.succeed(done, {
+        exitCode: leader?.code ?? null,
+        signal: leader === null ? "SIGKILL" : leader.signal,
+        stoppedBy: first?.by ?? null,
+        stopReason: first?.reason ?? null,
         startedAt,
         durationMs: Date.now() - startedAt,
-        stdout: out,
-        stderr: err,
+        stdout: stdout.close(),
+        stderr: stderr.close(),
         hadStragglers
-      }
-      yield* Deferred.succeed(done, exit)
+      })
     })
     // A daemon: the supervisor must finish its kill sequence even when the fiber that launched
     // the process is interrupted, and nothing holds a reference that could interrupt it. It is
@@ -211,6 +214,13 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
       pid: pgid,
       exit: Deferred.await(done),
       stop: (reason: string) =>
-        Deferred.succeed(stopRequest, { by: "cancel" as StoppedBy, reason }).pipe(Effect.zipRight(Deferred.await(done)))
+        Effect.sync(() => Deferred.unsafeDone(trigger, Exit.succeed({ by: "cancel", reason }))).pipe(Effect.zipRight(Deferred.await(done)))
     }
   })
+
+/** Waits for `d` at most `ms`; true if it completed (no fiber is forked when it already has). */
+const within = (d: Deferred.Deferred<void>, ms: number): Effect.Effect<boolean> =>
+  Effect.flatMap(Deferred.isDone(d), (isDone) =>
+    isDone
+      ? Effect.succeed(true)
+      : Deferred.await(d).pipe(Effect.timeoutTo({ duration: Duration.millis(ms), onSuccess: () => true, onTimeout: () => false })))

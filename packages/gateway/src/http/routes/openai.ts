@@ -21,31 +21,24 @@ const completionRoute = (env: AppEnv, endpoint: CallContext["endpoint"]) =>
   Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     const receivedAt = Date.now()
-    const T = (globalThis as any).__T ??= { auth: 0, body: 0, proxy: 0, n: 0 }
-    let t = performance.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    T.auth += performance.now() - t; t = performance.now()
     const ctx: CallContext = { attempt, endpoint, receivedAt }
     const body = yield* readJson(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
     const backend = env.backend
-    T.body += performance.now() - t; t = performance.now()
     if (backend._tag === "Upstream") {
       if (typeof body !== "object" || body === null || Array.isArray(body)) {
         const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
         yield* recordError(env, ctx, error, body)
         return yield* Effect.fail(error)
       }
-      const r = yield* proxy(env, ctx, backend.upstream, body as Record<string, unknown>)
-      T.proxy += performance.now() - t; T.n++
-      if (T.n % 1000 === 0) console.log(JSON.stringify({ auth: T.auth / T.n, body: T.body / T.n, proxy: T.proxy / T.n }))
-      return r
+      return yield* proxy(env, ctx, backend.upstream, body as Record<string, unknown>)
     }
     const info = yield* backend.generator.info
     const plan = yield* (endpoint === "chat.completions"
       ? planChat(body, info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id))
       : planCompletion(body, info, env.config.modelAliases, backend.format)
     ).pipe(Effect.tapError((e) => recordError(env, ctx, e, body)))
-    return yield* serve(env, ctx, plan, backend.generator, backend.format)
+    return yield* serve(env, ctx, plan, backend.generator, backend.format, backend.codec)
   })
 
 export const chatCompletions = (env: AppEnv) => completionRoute(env, "chat.completions")
@@ -110,10 +103,7 @@ const rewardKeys = new Set(Object.keys(RewardBody.fields))
 export const reward = (env: AppEnv) =>
   Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const T = (globalThis as any).__T ??= { auth: 0, body: 0, proxy: 0, n: 0 }
-    let t = performance.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    T.auth += performance.now() - t; t = performance.now()
     const body = yield* readJson(env.config.maxBodyBytes)
     if (typeof body !== "object" || body === null || Array.isArray(body)) {
       return yield* Effect.fail(badRequest("The request body must be a JSON object like {\"reward\": 1}.", null, "invalid_type"))

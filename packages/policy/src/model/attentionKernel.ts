@@ -1,0 +1,219 @@
+/**
+ * The two loops that dominate batched decoding — a query row against every cached key
+ * (`dotRows`) and the probability-weighted sum of cached values (`axpyRows`) — as a tiny
+ * WebAssembly module with 128-bit SIMD (4 floats per instruction), plus the memory the KV caches
+ * live in. Everything else stays in JavaScript.
+ *
+ * Why hand-assembled bytes: V8 does not vectorize JS loops (they reach ~1.5-2 GMAC/s here, and
+ * attention over the cache was ~2/3 of a batched decode step), tfjs has no kernel that fits
+ * (its batched matmul is a scalar loop, and per-op overhead exceeds the work at these sizes),
+ * and a build step for a .wasm file would be a toolchain for 60 instructions. The module is
+ * validated at load; where wasm SIMD is unavailable the same functions run as JS loops. The
+ * instruction listing is in `kernelBytes` below, one line per instruction.
+ *
+ * Addresses and lengths are in bytes; strides and lengths must be multiples of 16 (4 floats).
+ */
+
+/** Byte encoding helpers. */
+const leb = (n: number): Array<number> => {
+  const out: Array<number> = []
+  do {
+    let b = n & 0x7f
+    n >>>= 7
+    if (n !== 0) b |= 0x80
+    out.push(b)
+  } while (n !== 0)
+  return out
+}
+const str = (s: string) => [...leb(s.length), ...new TextEncoder().encode(s)]
+const section = (id: number, body: Array<number>) => [id, ...leb(body.length), ...body]
+const vec = (items: Array<Array<number>>) => [...leb(items.length), ...items.flat()]
+
+// Opcodes.
+const BLOCK = 0x02, LOOP = 0x03, END = 0x0b, BR_IF = 0x0d, VOID = 0x40
+const GET = 0x20, SET = 0x21, TEE = 0x22
+const I32 = 0x7f, V128 = 0x7b
+const I32_CONST = 0x41, I32_ADD = 0x6a, I32_SHL = 0x74, I32_LT_U = 0x49, I32_EQZ = 0x45
+const F32_LOAD = [0x2a, 2, 0], F32_STORE = [0x38, 2, 0], F32_ADD = 0x92
+const SIMD = 0xfd
+const V128_LOAD = [SIMD, 0x00, 2, 0], V128_STORE = [SIMD, 0x0b, 2, 0]
+const V128_ZERO = [SIMD, 0x0c, ...new Array<number>(16).fill(0)]
+const F32X4_SPLAT = [SIMD, 0x13], F32X4_ADD = [SIMD, ...leb(0xe4)], F32X4_MUL = [SIMD, ...leb(0xe6)]
+const lane = (i: number) => [SIMD, 0x1f, i]
+
+// Parameters of both functions: (a, b, rows, stride, len, out); locals: r, t, row pointer, acc/weight.
+const [A, B, ROWS, STRIDE, LEN, OUT, R, T, ROW, ACC] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+const LOCALS = vec([
+  [3, I32],
+  [1, V128]
+])
+
+/** `for r < rows: t = 0; do { ... ; t += 16 } while (t < len)`, with `row = b + r·stride`. */
+const overRows = (perRowStart: Array<number>, inner: Array<number>, perRowEnd: Array<number>) => [
+  BLOCK, VOID,
+  GET, ROWS, I32_EQZ, BR_IF, 0,
+  GET, B, SET, ROW,
+  I32_CONST, 0, SET, R,
+  LOOP, VOID,
+  ...perRowStart,
+  I32_CONST, 0, SET, T,
+  LOOP, VOID,
+  ...inner,
+  GET, T, I32_CONST, 16, I32_ADD, TEE, T, GET, LEN, I32_LT_U, BR_IF, 0,
+  END,
+  ...perRowEnd,
+  GET, ROW, GET, STRIDE, I32_ADD, SET, ROW,
+  GET, R, I32_CONST, 1, I32_ADD, TEE, R, GET, ROWS, I32_LT_U, BR_IF, 0,
+  END,
+  END
+]
+
+/** out[r] = Σ_t a[t]·row_r[t]: one query against `rows` keys. */
+const dotRowsBody = [
+  ...LOCALS,
+  ...overRows(
+    [...V128_ZERO, SET, ACC],
+    [GET, ACC, GET, A, GET, T, I32_ADD, ...V128_LOAD, GET, ROW, GET, T, I32_ADD, ...V128_LOAD, ...F32X4_MUL, ...F32X4_ADD, SET, ACC],
+    [
+      GET, OUT, GET, R, I32_CONST, 2, I32_SHL, I32_ADD,
+      GET, ACC, ...lane(0), GET, ACC, ...lane(1), F32_ADD, GET, ACC, ...lane(2), F32_ADD, GET, ACC, ...lane(3), F32_ADD,
+      ...F32_STORE
+    ]
+  ),
+  END
+]
+
+/** out[t] = Σ_r a[r]·row_r[t]: probabilities against `rows` values (out zeroed first). */
+const axpyRowsBody = [
+  ...LOCALS,
+  I32_CONST, 0, SET, T,
+  LOOP, VOID,
+  GET, OUT, GET, T, I32_ADD, ...V128_ZERO, ...V128_STORE,
+  GET, T, I32_CONST, 16, I32_ADD, TEE, T, GET, LEN, I32_LT_U, BR_IF, 0,
+  END,
+  ...overRows(
+    [GET, A, GET, R, I32_CONST, 2, I32_SHL, I32_ADD, ...F32_LOAD, ...F32X4_SPLAT, SET, ACC],
+    [
+      GET, OUT, GET, T, I32_ADD,
+      GET, OUT, GET, T, I32_ADD, ...V128_LOAD,
+      GET, ROW, GET, T, I32_ADD, ...V128_LOAD, GET, ACC, ...F32X4_MUL, ...F32X4_ADD,
+      ...V128_STORE
+    ],
+    []
+  ),
+  END
+]
+
+const kernelBytes = (): Uint8Array =>
+  new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    ...section(1, vec([[0x60, ...vec([[I32], [I32], [I32], [I32], [I32], [I32]]), 0]])), // (i32 ×6) → ()
+    ...section(3, vec([[0], [0]])),
+    ...section(5, vec([[0x00, 1]])), // one growable memory, 1 page to start
+    ...section(7, vec([[...str("memory"), 0x02, 0], [...str("dot_rows"), 0x00, 0], [...str("axpy_rows"), 0x00, 1]])),
+    ...section(10, vec([[...leb(dotRowsBody.length), ...dotRowsBody], [...leb(axpyRowsBody.length), ...axpyRowsBody]]))
+  ])
+
+type Kernel = (a: number, b: number, rows: number, stride: number, len: number, out: number) => void
+
+// The parts of the WebAssembly JS API used here (TypeScript's "dom" lib is not loaded).
+interface WasmMemory {
+  readonly buffer: ArrayBuffer
+  grow(pages: number): number
+}
+interface WasmApi {
+  validate(bytes: Uint8Array): boolean
+  Module: new (bytes: Uint8Array) => object
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
+  Memory: new (descriptor: { initial: number }) => WasmMemory
+}
+const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
+
+const PAGE = 65536
+
+/**
+ * The kernels and their memory. `alloc`/`free` hand out float regions (free regions are reused
+ * by size); `f32()` is a view of the whole memory, valid until the next `alloc` (which may grow
+ * the memory and detach old views).
+ */
+export class AttentionKernel {
+  readonly simd: boolean
+  private readonly memory: WasmMemory
+  private readonly dot: Kernel
+  private readonly axpy: Kernel
+  private view: Float32Array
+  private top = 64 // bytes; offset 0 stays unused
+  private readonly freeBySize = new Map<number, Array<number>>()
+
+  constructor(options: { readonly simd?: boolean } = {}) {
+    const bytes = kernelBytes()
+    const simd = options.simd !== false && WebAssembly.validate(bytes)
+    if (simd) {
+      const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {})
+      this.memory = instance.exports["memory"] as WasmMemory
+      this.dot = instance.exports["dot_rows"] as Kernel
+      this.axpy = instance.exports["axpy_rows"] as Kernel
+    } else {
+      this.memory = new WebAssembly.Memory({ initial: 1 })
+      this.dot = (a, b, rows, stride, len, out) => jsDotRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
+      this.axpy = (a, b, rows, stride, len, out) => jsAxpyRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
+    }
+    this.simd = simd
+    this.view = new Float32Array(this.memory.buffer)
+  }
+
+  /** A float32 view of the memory (refresh after `alloc`). */
+  f32(): Float32Array {
+    if (this.view.buffer !== this.memory.buffer) this.view = new Float32Array(this.memory.buffer)
+    return this.view
+  }
+
+  /** Reserves `floats` floats (16-byte aligned); returns the byte offset. */
+  alloc(floats: number): number {
+    const bytes = Math.ceil((floats * 4) / 16) * 16
+    const reuse = this.freeBySize.get(bytes)
+    if (reuse !== undefined && reuse.length > 0) return reuse.pop()!
+    const offset = this.top
+    this.top += bytes
+    const needed = Math.ceil(this.top / PAGE) - this.memory.buffer.byteLength / PAGE
+    if (needed > 0) this.memory.grow(needed)
+    this.f32()
+    return offset
+  }
+
+  free(offset: number, floats: number): void {
+    const bytes = Math.ceil((floats * 4) / 16) * 16
+    let list = this.freeBySize.get(bytes)
+    if (list === undefined) this.freeBySize.set(bytes, (list = []))
+    list.push(offset)
+  }
+
+  /** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len, stride multiples of 16). */
+  dotRows(a: number, b: number, rows: number, stride: number, len: number, out: number): void {
+    this.dot(a, b, rows, stride, len, out)
+  }
+
+  /** out[t] = Σ_r a[r]·b[r·stride + t] for t < len/4 (byte addresses; len, stride multiples of 16). */
+  axpyRows(a: number, b: number, rows: number, stride: number, len: number, out: number): void {
+    this.axpy(a, b, rows, stride, len, out)
+  }
+}
+
+// The same two loops in JavaScript (float indices), where wasm SIMD is unavailable.
+const jsDotRows = (m: Float32Array, a: number, b: number, rows: number, stride: number, len: number, out: number): void => {
+  for (let r = 0; r < rows; r++) {
+    const row = b + r * stride
+    let s = 0
+    for (let t = 0; t < len; t++) s += m[a + t]! * m[row + t]!
+    m[out + r] = s
+  }
+}
+
+const jsAxpyRows = (m: Float32Array, a: number, b: number, rows: number, stride: number, len: number, out: number): void => {
+  m.fill(0, out, out + len)
+  for (let r = 0; r < rows; r++) {
+    const w = m[a + r]!
+    const row = b + r * stride
+    for (let t = 0; t < len; t++) m[out + t]! += w * m[row + t]!
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * The Rollout Controller's actor protocols.
+ *
+ * - `LauncherRpcs`: the launcher actor `rollout/<node id>` on every node with the `rollout` role.
+ *   `Launch` runs one attempt (harness, then verifier) on that node and streams its progress:
+ *   `Started` once the harness runs, `Finished` with the `AttemptResult` when it has ended. The
+ *   verifier runs on the launcher node because the harness's captured output lives there.
+ * - `ControllerRpcs`: the controller actor `controller` (hosted next to the Gateway's store):
+ *   submit task groups, cancel, and a server-streamed feed of attempt-finished events, pushed as
+ *   attempts end (the Trainer subscribes; nothing polls).
+ */
+import { Rpc, RpcGroup } from "@effect/rpc"
+import { Probe } from "@reins/runtime"
+import { Schema } from "effect"
+import { AttemptOutcome, AttemptResult, HarnessSpec, Task, VerifierError, VerifierReward } from "./Rollout.js"
+import { AttemptState } from "./Store.js"
+
+// ---------------------------------------------------------------------------------------------
+// Launcher actor
+
+/** Where the harness reaches the Gateway (`openaiBaseUrl` is the agent-facing `/v1` URL). */
+export const AttemptEndpointsSchema = Schema.Struct({
+  openaiBaseUrl: Schema.String,
+  rewardUrl: Schema.optional(Schema.String)
+})
+
+/** Everything a launcher node needs to run one attempt (the wire form of the rollout package's `AttemptSpec`). */
+export const LaunchSpec = Schema.Struct({
+  rolloutId: Schema.String,
+  attemptId: Schema.String,
+  /** The Gateway's key for this attempt. */
+  attemptKey: Schema.String,
+  task: Task,
+  /** Task-line fields beyond id/input/split: the verifier sees them, the harness never. */
+  taskExtra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  harness: HarnessSpec,
+  endpoints: AttemptEndpointsSchema
+})
+export type LaunchSpec = typeof LaunchSpec.Type
+
+/** The harness of the attempt is running on `node`. */
+export class LaunchStarted extends Schema.TaggedClass<LaunchStarted>()("Started", {
+  node: Schema.String,
+  startedAt: Schema.Number
+}) {}
+
+/** The attempt has ended (the verifier, if any, has run). Always the last update of a launch. */
+export class LaunchFinished extends Schema.TaggedClass<LaunchFinished>()("Finished", {
+  node: Schema.String,
+  result: AttemptResult
+}) {}
+
+export const LaunchUpdate = Schema.Union(LaunchStarted, LaunchFinished)
+export type LaunchUpdate = typeof LaunchUpdate.Type
+
+/** The launcher node runs as many attempts as it may: nothing was started, place the attempt elsewhere. */
+export class LauncherFull extends Schema.TaggedError<LauncherFull>()("LauncherFull", {
+  node: Schema.String,
+  max: Schema.Int,
+  running: Schema.Int
+}) {
+  override get message() {
+    return `launcher on node ${this.node} is full (${this.running}/${this.max} attempts running)`
+  }
+}
+
+/** This attempt already runs on this node: a second launch of it is refused (an attempt never runs twice). */
+export class AttemptAlreadyRunning extends Schema.TaggedError<AttemptAlreadyRunning>()("AttemptAlreadyRunning", {
+  node: Schema.String,
+  attemptId: Schema.String
+}) {
+  override get message() {
+    return `attempt ${this.attemptId} already runs on node ${this.node}`
+  }
+}
+
+export class LauncherCapacity extends Schema.Class<LauncherCapacity>("LauncherCapacity")({
+  node: Schema.String,
+  /** "local" | "kubernetes" */
+  kind: Schema.String,
+  max: Schema.Int,
+  running: Schema.Int
+}) {}
+
+export class LauncherRpcs extends RpcGroup.make(
+  /** Runs one attempt; the stream ends after `Finished`. Interrupting the call stops the attempt. */
+  Rpc.make("Launch", {
+    payload: { spec: LaunchSpec },
+    success: LaunchUpdate,
+    error: Schema.Union(LauncherFull, AttemptAlreadyRunning),
+    stream: true
+  }),
+  /** Stops a running attempt (its `Launch` then finishes with a `Cancelled` outcome). False when it does not run here. */
+  Rpc.make("Cancel", { payload: { attemptId: Schema.String, reason: Schema.String }, success: Schema.Boolean }),
+  Rpc.make("Capacity", { success: LauncherCapacity }),
+  /** Liveness, answered like the runtime's probe actor (`reins status` tooling and cluster checks ping `rollout/<node>`). */
+  Rpc.make("Ping", { success: Probe.Pong })
+) {}
+
+/** The registered name of the launcher actor on a node. */
+export const launcherActorName = (node: string): string => `rollout/${node}`
+export const LAUNCHER_ACTOR_PREFIX = "rollout/"
+
+// ---------------------------------------------------------------------------------------------
+// Controller actor
+
+/** Where a reward came from: the verifier, the reward policy for failed attempts, or the harness itself (`/v1/reward`). */
+export const RewardSource = Schema.Literal("verifier", "policy", "harness")
+export type RewardSource = typeof RewardSource.Type
+
+/** Pushed once per attempt when it has ended and everything about it is recorded. */
+export class AttemptFinished extends Schema.Class<AttemptFinished>("AttemptFinished")({
+  rolloutId: Schema.String,
+  attemptId: Schema.String,
+  /** 0 for the first attempt of the rollout, 1 for its first retry, ... */
+  attemptIndex: Schema.Int,
+  groupId: Schema.String,
+  taskId: Schema.String,
+  /** The launcher node that ran it (null when it never reached one, e.g. cancelled while waiting). */
+  node: Schema.NullOr(Schema.String),
+  outcome: AttemptOutcome,
+  verifier: Schema.NullOr(Schema.Union(VerifierReward, VerifierError)),
+  /** The reward recorded for this attempt, null when none (dropped, no verifier and none posted, infra failure). */
+  reward: Schema.NullOr(Schema.Number),
+  rewardSource: Schema.NullOr(RewardSource),
+  /** A failed attempt excluded from training by the `drop` reward policy. */
+  dropped: Schema.Boolean,
+  /** The state recorded for the attempt. */
+  state: AttemptState,
+  reason: Schema.String,
+  /** True when the rollout ends with this attempt; false when a new attempt retries it. */
+  final: Schema.Boolean,
+  startedAt: Schema.NullOr(Schema.Number),
+  finishedAt: Schema.Number
+}) {}
+
+/** The terminal state of a rollout, with why. */
+export class RolloutEnded extends Schema.Class<RolloutEnded>("RolloutEnded")({
+  rolloutId: Schema.String,
+  groupId: Schema.String,
+  taskId: Schema.String,
+  state: Schema.Literal("succeeded", "failed", "cancelled"),
+  reason: Schema.String,
+  attempts: Schema.Int,
+  reward: Schema.NullOr(Schema.Number)
+}) {}
+
+export class SubmittedGroup extends Schema.Class<SubmittedGroup>("SubmittedGroup")({
+  groupId: Schema.String,
+  rolloutIds: Schema.Array(Schema.String)
+}) {}
+
+export class ControllerStatus extends Schema.Class<ControllerStatus>("ControllerStatus")({
+  /** Rollouts waiting for admission, capacity or their retry backoff. */
+  waiting: Schema.Int,
+  /** Attempts placed on a launcher (starting or running). */
+  running: Schema.Int,
+  ended: Schema.Int,
+  /** The waiting head was refused by the admission hook at the last pass. */
+  admissionBlocked: Schema.Boolean,
+  launchers: Schema.Array(LauncherCapacity)
+}) {}
+
+/** The controller could not do what was asked (the ledger failed, unknown rollout, bad submission). */
+export class ControllerError extends Schema.TaggedError<ControllerError>()("ControllerError", {
+  message: Schema.String
+}) {}
+
+export class ControllerRpcs extends RpcGroup.make(
+  /** Submits a GRPO group: `size` rollouts of one task (the controller's harness spec runs them). */
+  Rpc.make("Submit", {
+    payload: {
+      task: Task,
+      size: Schema.Int.pipe(Schema.between(1, 10_000)),
+      groupId: Schema.optional(Schema.String),
+      taskExtra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+    },
+    success: SubmittedGroup,
+    error: ControllerError
+  }),
+  /** Cancels a rollout; false when it had already ended (or is unknown). */
+  Rpc.make("Cancel", { payload: { rolloutId: Schema.String, reason: Schema.String }, success: Schema.Boolean }),
+  /** Cancels every rollout that has not ended; returns how many. */
+  Rpc.make("CancelAll", { payload: { reason: Schema.String }, success: Schema.Int }),
+  /** Waits until every rollout of the group has ended. */
+  Rpc.make("AwaitGroup", { payload: { groupId: Schema.String }, success: Schema.Array(RolloutEnded), error: ControllerError }),
+  /** Attempt-finished events from now on, as they happen. */
+  Rpc.make("Events", { success: AttemptFinished, stream: true }),
+  Rpc.make("Status", { success: ControllerStatus })
+) {}

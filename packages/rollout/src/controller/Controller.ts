@@ -1,0 +1,618 @@
+/**
+ * The Rollout Controller: takes task groups (a GRPO group is `size` rollouts of one task), asks
+ * the admission hook before starting each attempt, places attempts on the launcher actors of the
+ * cluster by free capacity, classifies how they ended, retries infrastructure failures as new
+ * attempts, records states and rewards through the `AttemptLedger`, and pushes one
+ * `AttemptFinished` event per attempt to subscribers.
+ *
+ * Invariants:
+ * - every rollout ends in exactly one terminal state (`succeeded` | `failed` | `cancelled`) with a
+ *   reason; nothing is dropped: a refused or unplaceable rollout waits and is asked again;
+ * - a rollout has at most one attempt placed at any time, and a retry is a new ledger attempt
+ *   (new key) created only after the previous one was recorded as ended;
+ * - a launcher node that goes down (membership `MemberDown`, or its calls breaking) turns its
+ *   attempts into `node-lost` infrastructure failures, retried on live nodes.
+ *
+ * All scheduling state lives in plain maps mutated only in synchronous sections (one JS thread),
+ * so a cancel racing a placement or a retry always sees a consistent entry.
+ */
+import {
+  AttemptCancelled,
+  type AttemptFinished as AttemptFinishedT,
+  AttemptFinished,
+  AttemptInfraFailed,
+  type AttemptOutcome,
+  AttemptResult,
+  ControllerError,
+  ControllerStatus,
+  type HarnessSpec,
+  LAUNCHER_ACTOR_PREFIX,
+  LauncherCapacity,
+  type LaunchFinished,
+  type LaunchSpec,
+  RolloutEnded,
+  type RewardSource,
+  SubmittedGroup,
+  type Task
+} from "@reins/protocol"
+import { ActorSystem } from "@reins/runtime"
+import { Cause, Context, Deferred, Duration, Effect, Layer, PubSub, Queue, Schedule, type Scope, Stream } from "effect"
+import type { AttemptEndpoints } from "../harness/env.js"
+import { attemptStateOf, type FailedRewardPolicy, isRetryable, outcomeReason, rewardDecision } from "../outcome.js"
+import type { TaskGroup } from "../tasks/queue.js"
+import { LauncherActor } from "./launcherActor.js"
+import { AttemptLedger, type AttemptLedgerService, type LedgerAttempt } from "./ledger.js"
+
+export interface ControllerConfig {
+  /** How every rollout runs (a submission may override it). */
+  readonly harness: HarnessSpec
+  /** The Gateway's agent-facing URLs handed to harnesses. */
+  readonly endpoints: AttemptEndpoints
+  /** Attempts per rollout: the first plus retries of infrastructure failures (default 3). */
+  readonly maxAttempts?: number
+  /** Delay before retry n is `initial * 2^(n-1)`, at most `max` (default 1 s .. 30 s). */
+  readonly retryBackoff?: { readonly initial: Duration.DurationInput; readonly max: Duration.DurationInput }
+  /** Reward of a harness that failed (non-zero exit, timeout): `zero` (default), `drop`, or `verifier`. */
+  readonly onFailed?: FailedRewardPolicy
+  /** How often launchers are rediscovered while rollouts wait (default 1 s); membership events wake it sooner. */
+  readonly rescanInterval?: Duration.DurationInput
+}
+
+/** What the admission hook is asked before an attempt starts. */
+export interface AdmissionRequest {
+  readonly rolloutId: string
+  readonly attemptId: string
+  /** 0 for a first attempt, n for the n-th retry. */
+  readonly attemptIndex: number
+  readonly groupId: string
+  readonly taskId: string
+}
+
+/**
+ * Says whether an attempt may start now. `false` keeps it waiting (in order, never dropped); it is
+ * asked again when something changes: an attempt ends, a group is submitted, capacity appears,
+ * the hook is replaced, or `reconsider` is called. A hook that fails counts as `false`.
+ */
+export type AdmissionHook = (request: AdmissionRequest) => Effect.Effect<boolean>
+
+export interface GroupSubmission {
+  readonly task: Task
+  readonly size: number
+  /** Default: `<task id>#<n>`. Must be unused. */
+  readonly groupId?: string | undefined
+  readonly taskExtra?: Readonly<Record<string, unknown>> | undefined
+  readonly harness?: HarnessSpec | undefined
+}
+
+export interface RolloutControllerService {
+  readonly submit: (group: GroupSubmission) => Effect.Effect<SubmittedGroup, ControllerError>
+  /** A group from the task queue. */
+  readonly submitTaskGroup: (group: TaskGroup) => Effect.Effect<SubmittedGroup, ControllerError>
+  readonly setAdmission: (hook: AdmissionHook | null) => Effect.Effect<void>
+  /** Asks the admission hook again now (e.g. after the policy version changed). */
+  readonly reconsider: Effect.Effect<void>
+  /** Cancels a rollout and waits until it has ended; false when it had ended already or is unknown. */
+  readonly cancel: (rolloutId: string, reason: string) => Effect.Effect<boolean>
+  /** Cancels every rollout that has not ended and waits for them; returns how many. */
+  readonly cancelAll: (reason: string) => Effect.Effect<number>
+  /** Subscribes now; the stream holds every attempt-finished event from this moment. */
+  readonly subscribe: Effect.Effect<Stream.Stream<AttemptFinishedT>, never, Scope.Scope>
+  /** Subscribes when run. */
+  readonly events: Stream.Stream<AttemptFinishedT>
+  readonly awaitRollout: (rolloutId: string) => Effect.Effect<RolloutEnded, ControllerError>
+  readonly awaitGroup: (groupId: string) => Effect.Effect<ReadonlyArray<RolloutEnded>, ControllerError>
+  readonly status: Effect.Effect<ControllerStatus>
+}
+
+export class RolloutController extends Context.Tag("@reins/rollout/RolloutController")<RolloutController, RolloutControllerService>() {}
+
+// ---------------------------------------------------------------------------------------------
+
+interface LauncherSlot {
+  readonly name: string
+  readonly node: string
+  readonly ref: Effect.Effect.Success<ReturnType<typeof LauncherActor.ref>>
+  readonly kind: string
+  max: number
+  inflight: number
+  /** Completed when the launcher's node goes down: its attempts are lost. */
+  readonly lost: Deferred.Deferred<void>
+}
+
+interface Entry {
+  readonly rolloutId: string
+  readonly groupId: string
+  readonly task: Task
+  readonly taskExtra: Readonly<Record<string, unknown>> | undefined
+  readonly harness: HarnessSpec
+  attempt: LedgerAttempt
+  phase: "waiting" | "placed" | "ended"
+  /** Retry backoff: not placed before this time (ms). */
+  notBefore: number
+  slot: LauncherSlot | null
+  startedAt: number | null
+  cancelReason: string | null
+  /** Completed to give up on a placed attempt (cancel whose launcher does not answer). */
+  abort: Deferred.Deferred<void> | null
+  readonly ended: Deferred.Deferred<RolloutEnded>
+}
+
+const LOST = Symbol("lost")
+const ABORTED = Symbol("aborted")
+
+const toError = (operation: string) => (e: { readonly message: string }) =>
+  new ControllerError({ message: `${operation}: ${e.message}` })
+
+export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerService, never, AttemptLedger | ActorSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const ledger: AttemptLedgerService = yield* AttemptLedger
+    const system = yield* ActorSystem
+    const scope = yield* Effect.scope
+    const maxAttempts = Math.max(1, Math.floor(config.maxAttempts ?? 3))
+    const backoffInitial = Duration.toMillis(config.retryBackoff?.initial ?? "1 second")
+    const backoffMax = Duration.toMillis(config.retryBackoff?.max ?? "30 seconds")
+    const onFailed = config.onFailed ?? "zero"
+
+    const entries = new Map<string, Entry>()
+    const groups = new Map<string, ReadonlyArray<string>>()
+    const launchers = new Map<string, LauncherSlot>()
+    let admission: AdmissionHook | null = null
+    let admissionBlocked = false
+    let groupCounter = 0
+
+    const pubsub = yield* PubSub.unbounded<AttemptFinishedT>()
+    const wakeQueue = yield* Queue.sliding<void>(1)
+    const wake = Queue.offer(wakeQueue, undefined).pipe(Effect.asVoid)
+
+    const logged = <A, E extends { readonly message: string }>(what: string, effect: Effect.Effect<A, E>) =>
+      Effect.catchAll(effect, (e) => Effect.as(Effect.logWarning(`controller: ${what}: ${e.message}`), undefined))
+
+    // -------------------------------------------------------------------------------- launchers
+
+    const dropLauncher = (slot: LauncherSlot) =>
+      Effect.suspend(() => {
+        if (launchers.get(slot.name) === slot) launchers.delete(slot.name)
+        return Deferred.succeed(slot.lost, undefined)
+      })
+
+    const discover = (name: string, node: string) =>
+      Effect.gen(function*() {
+        const ref = yield* LauncherActor.ref(name, { node })
+        const capacity = yield* ref.Capacity().pipe(Effect.timeout("3 seconds"), Effect.option)
+        if (capacity._tag === "None" || launchers.has(name)) return
+        const slot: LauncherSlot = {
+          name,
+          node,
+          ref,
+          kind: capacity.value.kind,
+          max: capacity.value.max,
+          inflight: 0,
+          lost: yield* Deferred.make<void>()
+        }
+        launchers.set(name, slot)
+      })
+
+    /** Brings the launcher list in line with membership: new launchers are asked their capacity, down ones are lost. */
+    const refreshLaunchers = Effect.gen(function*() {
+      const members = yield* system.members
+      const seen = new Set<string>()
+      for (const m of members) {
+        if (m.status !== "up") continue
+        for (const actor of m.actors) {
+          if (!actor.startsWith(LAUNCHER_ACTOR_PREFIX)) continue
+          seen.add(actor)
+          if (!launchers.has(actor)) yield* discover(actor, m.id)
+        }
+      }
+      for (const slot of [...launchers.values()]) {
+        const member = members.find((m) => m.id === slot.node)
+        if (member === undefined || member.status !== "up") yield* dropLauncher(slot)
+      }
+    })
+
+    const onMemberDown = (node: string) =>
+      Effect.gen(function*() {
+        for (const slot of [...launchers.values()]) if (slot.node === node) yield* dropLauncher(slot)
+        yield* wake
+      })
+
+    // -------------------------------------------------------------------------------- endings
+
+    const publish = (event: AttemptFinishedT) => PubSub.publish(pubsub, event)
+
+    const endRollout = (entry: Entry, state: RolloutEnded["state"], reason: string, reward: number | null) =>
+      Effect.suspend(() => {
+        entry.phase = "ended"
+        const ended = new RolloutEnded({
+          rolloutId: entry.rolloutId,
+          groupId: entry.groupId,
+          taskId: entry.task.id,
+          state,
+          reason,
+          attempts: entry.attempt.index + 1,
+          reward
+        })
+        return Effect.zipRight(Deferred.succeed(entry.ended, ended), wake)
+      })
+
+    const finishedEvent = (
+      entry: Entry,
+      fields: {
+        outcome: AttemptOutcome
+        verifier: AttemptResult["verifier"]
+        state: AttemptFinishedT["state"]
+        reason: string
+        reward: number | null
+        rewardSource: RewardSource | null
+        dropped: boolean
+        final: boolean
+      }
+    ) =>
+      new AttemptFinished({
+        rolloutId: entry.rolloutId,
+        attemptId: entry.attempt.attemptId,
+        attemptIndex: entry.attempt.index,
+        groupId: entry.groupId,
+        taskId: entry.task.id,
+        node: entry.slot?.node ?? null,
+        startedAt: entry.startedAt,
+        finishedAt: Date.now(),
+        ...fields
+      })
+
+    /** Ends a rollout whose current attempt never reached a launcher (waiting or in backoff). */
+    const cancelWaiting = (entry: Entry, why: string) =>
+      Effect.gen(function*() {
+        entry.phase = "ended" // synchronously: the scheduler skips it from now on
+        const reason = `cancelled: ${why}`
+        yield* logged("record cancel", ledger.finish(entry.attempt.attemptId, "cancelled", reason))
+        const outcome = new AttemptCancelled({ reason: why, durationMs: 0, logs: null })
+        yield* publish(
+          finishedEvent(entry, { outcome, verifier: null, state: "cancelled", reason, reward: null, rewardSource: null, dropped: false, final: true })
+        )
+        yield* endRollout(entry, "cancelled", reason, null)
+      }).pipe(Effect.uninterruptible)
+
+    const backoffMs = (retry: number) => Math.min(backoffMax, backoffInitial * 2 ** Math.max(0, retry - 1))
+
+    /** Records how an attempt ended, its reward, and either retries the rollout or ends it. */
+    const settle = (entry: Entry, result: AttemptResult) =>
+      Effect.gen(function*() {
+        const outcome = result.outcome
+        const attemptId = entry.attempt.attemptId
+        const cancelled = entry.cancelReason !== null
+        const retryable = isRetryable(outcome)
+        const retry = retryable && !cancelled && entry.attempt.index + 1 < maxAttempts
+
+        let reward: number | null = null
+        let rewardSource: RewardSource | null = null
+        let dropped = false
+        const decision = rewardDecision(result, onFailed)
+        if (decision._tag === "Reward") {
+          const info = { source: decision.source, verifier: result.verifier?._tag === "VerifierReward" ? result.verifier.details : null }
+          const ok = yield* Effect.either(ledger.recordReward(attemptId, decision.value, info))
+          if (ok._tag === "Right") {
+            reward = decision.value
+            rewardSource = decision.source
+          } else yield* Effect.logWarning(`controller: record reward of ${attemptId}: ${ok.left.message}`)
+        } else if (decision._tag === "Drop") {
+          dropped = true
+        } else if (outcome._tag === "Succeeded" || outcome._tag === "Failed") {
+          // the harness may have posted its own reward to /v1/reward
+          reward = (yield* logged("read reward", ledger.rewardOf(entry.rolloutId, attemptId))) ?? null
+          if (reward !== null) rewardSource = "harness"
+        }
+
+        const state = cancelled && outcome._tag === "InfraFailed" ? "cancelled" : attemptStateOf(outcome)
+        const base = cancelled && outcome._tag === "InfraFailed" ? `cancelled: ${entry.cancelReason} (${outcomeReason(outcome)})` : outcomeReason(outcome)
+        const reason = retry
+          ? `${base} (retried as attempt ${entry.attempt.index + 2})`
+          : retryable && !cancelled
+          ? `${base} (gave up after ${entry.attempt.index + 1} attempt(s))`
+          : base
+        yield* logged("record attempt end", ledger.finish(attemptId, state as "succeeded" | "failed" | "cancelled", reason))
+
+        const next = retry ? yield* Effect.either(ledger.createAttempt(entry.rolloutId)) : null
+        const retried = next !== null && next._tag === "Right"
+        yield* publish(
+          finishedEvent(entry, { outcome, verifier: result.verifier, state: state as AttemptFinishedT["state"], reason, reward, rewardSource, dropped, final: !retried })
+        )
+        if (next !== null && next._tag === "Left") {
+          return yield* endRollout(entry, "failed", `${reason}; the retry attempt could not be created: ${next.left.message}`, null)
+        }
+        if (next === null) return yield* endRollout(entry, state as RolloutEnded["state"], reason, reward)
+
+        entry.attempt = next.right
+        entry.phase = "waiting"
+        entry.slot = null
+        entry.startedAt = null
+        entry.abort = null
+        const delay = backoffMs(entry.attempt.index)
+        entry.notBefore = Date.now() + delay
+        if (entry.cancelReason !== null) return yield* cancelWaiting(entry, entry.cancelReason)
+        yield* Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(delay)), wake), scope)
+      }).pipe(Effect.uninterruptible)
+
+    const infraFailure = (entry: Entry, message: string, startedAt: number | null): AttemptResult => new AttemptResult({
+      rolloutId: entry.rolloutId,
+      attemptId: entry.attempt.attemptId,
+      outcome: new AttemptInfraFailed({
+        reason: "node-lost",
+        retryable: true,
+        message,
+        durationMs: startedAt === null ? 0 : Date.now() - startedAt,
+        logs: null
+      }),
+      verifier: null,
+      startedAt: startedAt ?? Date.now(),
+      finishedAt: Date.now()
+    })
+
+    // -------------------------------------------------------------------------------- running
+
+    const specOf = (entry: Entry): LaunchSpec => ({
+      rolloutId: entry.rolloutId,
+      attemptId: entry.attempt.attemptId,
+      attemptKey: entry.attempt.key,
+      task: entry.task,
+      ...(entry.taskExtra === undefined ? {} : { taskExtra: entry.taskExtra }),
+      harness: entry.harness,
+      endpoints: config.endpoints
+    })
+
+    /** Runs the entry's attempt on `slot` until it ends, then settles it. */
+    const runPlaced = (entry: Entry, slot: LauncherSlot, abort: Deferred.Deferred<void>) =>
+      Effect.gen(function*() {
+        let finished: LaunchFinished | null = null
+        const consume = slot.ref.Launch({ spec: specOf(entry) }).pipe(
+          Stream.runForEach((update: LaunchFinished | { readonly _tag: "Started"; readonly startedAt: number }) => {
+            if (update._tag === "Finished") return Effect.sync(() => void (finished = update))
+            entry.startedAt = update.startedAt
+            return logged("record attempt start", ledger.start(entry.attempt.attemptId))
+          }),
+          Effect.either,
+          Effect.disconnect
+        )
+        const ended = yield* Effect.raceAll([
+          consume,
+          Effect.as(Deferred.await(slot.lost), LOST),
+          Effect.as(Deferred.await(abort), ABORTED)
+        ])
+        if (finished !== null) return yield* settle(entry, (finished as LaunchFinished).result)
+        if (ended === ABORTED) {
+          const outcome = new AttemptCancelled({ reason: entry.cancelReason ?? "aborted", durationMs: 0, logs: null })
+          const at = entry.startedAt ?? Date.now()
+          return yield* settle(entry, new AttemptResult({ rolloutId: entry.rolloutId, attemptId: entry.attempt.attemptId, outcome, verifier: null, startedAt: at, finishedAt: Date.now() }))
+        }
+        if (ended === LOST) return yield* settle(entry, infraFailure(entry, `launcher node ${slot.node} went down`, entry.startedAt))
+        const either = ended as Exclude<typeof ended, typeof LOST | typeof ABORTED>
+        if (either._tag === "Left") {
+          const e = either.left
+          if (e._tag === "LauncherFull" && entry.startedAt === null) {
+            // nothing started: the same attempt waits for another place (briefly, so that a
+            // launcher filled by someone else is not asked again in a tight loop)
+            slot.max = Math.min(slot.max, e.max)
+            entry.phase = "waiting"
+            entry.slot = null
+            entry.notBefore = Date.now() + 500
+            if (entry.cancelReason !== null) return yield* cancelWaiting(entry, entry.cancelReason)
+            return
+          }
+          // the call broke (node gone, connection lost): place nothing more there until it is
+          // rediscovered, and make sure nothing keeps running there
+          if ((e._tag === "ActorUnavailable" || e._tag === "ActorNotFound") && launchers.get(slot.name) === slot) launchers.delete(slot.name)
+          yield* Effect.forkIn(
+            slot.ref.Cancel({ attemptId: entry.attempt.attemptId, reason: "launch call lost" }).pipe(Effect.timeout("5 seconds"), Effect.ignore),
+            scope
+          )
+          return yield* settle(entry, infraFailure(entry, `launch on ${slot.node} failed: ${e.message}`, entry.startedAt))
+        }
+        return yield* settle(entry, infraFailure(entry, `launcher on ${slot.node} ended the launch without a result`, entry.startedAt))
+      })
+
+    const place = (entry: Entry, slot: LauncherSlot) =>
+      Effect.gen(function*() {
+        const abort = yield* Deferred.make<void>()
+        entry.phase = "placed"
+        entry.slot = slot
+        entry.abort = abort
+        entry.startedAt = null
+        slot.inflight++
+        yield* runPlaced(entry, slot, abort).pipe(
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`controller: attempt ${entry.attempt.attemptId} crashed`, cause)
+          ),
+          Effect.ensuring(Effect.zipRight(Effect.sync(() => void slot.inflight--), wake)),
+          Effect.forkIn(scope)
+        )
+      })
+
+    // -------------------------------------------------------------------------------- scheduling
+
+    const freest = (): LauncherSlot | null => {
+      let best: LauncherSlot | null = null
+      for (const slot of launchers.values()) {
+        const free = slot.max - slot.inflight
+        if (free > 0 && (best === null || free > best.max - best.inflight)) best = slot
+      }
+      return best
+    }
+
+    const admit = (entry: Entry) =>
+      admission === null
+        ? Effect.succeed(true)
+        : admission({
+          rolloutId: entry.rolloutId,
+          attemptId: entry.attempt.attemptId,
+          attemptIndex: entry.attempt.index,
+          groupId: entry.groupId,
+          taskId: entry.task.id
+        }).pipe(
+          Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("controller: the admission hook failed (counted as no)", cause), false))
+        )
+
+    const pass = Effect.gen(function*() {
+      yield* refreshLaunchers
+      admissionBlocked = false
+      const now = Date.now()
+      for (const entry of [...entries.values()]) {
+        if (entry.phase !== "waiting" || entry.notBefore > now) continue
+        const slot = freest()
+        if (slot === null) return
+        const ok = yield* admit(entry)
+        if (entry.phase !== "waiting") continue // cancelled while the hook was deciding
+        if (!ok) {
+          admissionBlocked = true
+          return
+        }
+        if (slot.max - slot.inflight <= 0 || launchers.get(slot.name) !== slot) continue
+        yield* place(entry, slot)
+      }
+    })
+
+    const hasWaiting = () => {
+      for (const e of entries.values()) if (e.phase === "waiting") return true
+      return false
+    }
+
+    yield* Effect.forever(Effect.zipRight(Queue.take(wakeQueue), pass)).pipe(
+      Effect.catchAllCause((cause) => Effect.logError("controller: scheduler crashed", cause)),
+      Effect.forkIn(scope)
+    )
+    yield* Effect.forkIn(
+      Effect.repeat(Effect.suspend(() => (hasWaiting() ? wake : Effect.void)), Schedule.spaced(config.rescanInterval ?? "1 second")),
+      scope
+    )
+    yield* Effect.forkIn(
+      Stream.runForEach(system.events, (event) => (event._tag === "MemberDown" ? onMemberDown(event.member.id) : wake)),
+      scope
+    )
+
+    // -------------------------------------------------------------------------------- API
+
+    const register = (s: GroupSubmission, groupId: string, created: LedgerAttempt) =>
+      Effect.map(Deferred.make<RolloutEnded>(), (ended) => {
+        const entry: Entry = {
+          rolloutId: created.rolloutId,
+          groupId,
+          task: s.task,
+          taskExtra: s.taskExtra,
+          harness: s.harness ?? config.harness,
+          attempt: created,
+          phase: "waiting",
+          notBefore: 0,
+          slot: null,
+          startedAt: null,
+          cancelReason: null,
+          abort: null,
+          ended
+        }
+        entries.set(entry.rolloutId, entry)
+        return entry
+      })
+
+    const submit = (s: GroupSubmission) =>
+      Effect.gen(function*() {
+        if (!Number.isInteger(s.size) || s.size < 1) return yield* new ControllerError({ message: `group size must be a positive integer, got ${s.size}` })
+        const groupId = s.groupId ?? `${s.task.id}#${groupCounter++}`
+        if (groups.has(groupId)) return yield* new ControllerError({ message: `group ${groupId} was already submitted` })
+        groups.set(groupId, [])
+        const created: Array<Entry> = []
+        for (let i = 0; i < s.size; i++) {
+          const issued = yield* ledger.createRollout({ task: { id: s.task.id, input: s.task.input ?? null }, group: groupId }).pipe(
+            Effect.tapError(() => Effect.forEach(created, (e) => cancelWaiting(e, "the rest of its group could not be created"), { discard: true })),
+            Effect.mapError(toError(`submit group ${groupId}`))
+          )
+          created.push(yield* register(s, groupId, issued))
+          groups.set(groupId, created.map((e) => e.rolloutId))
+        }
+        yield* wake
+        return new SubmittedGroup({ groupId, rolloutIds: created.map((e) => e.rolloutId) })
+      })
+
+    const cancel = (rolloutId: string, reason: string): Effect.Effect<boolean> =>
+      Effect.gen(function*() {
+        const entry = entries.get(rolloutId)
+        if (entry === undefined || entry.phase === "ended") return false
+        if (entry.cancelReason === null) {
+          entry.cancelReason = reason
+          if (entry.phase === "waiting") {
+            yield* cancelWaiting(entry, reason)
+          } else if (entry.slot !== null && entry.abort !== null) {
+            const slot = entry.slot
+            const abort = entry.abort
+            const asked = yield* slot.ref.Cancel({ attemptId: entry.attempt.attemptId, reason }).pipe(
+              Effect.timeout(Duration.seconds(entry.harness.grace_s + 10)),
+              Effect.orElseSucceed(() => false)
+            )
+            // not running there (yet) or unreachable: stop waiting for it (interrupting the call stops it there)
+            if (!asked) yield* Deferred.succeed(abort, undefined)
+          }
+        }
+        yield* Deferred.await(entry.ended)
+        return true
+      })
+
+    const cancelAll = (reason: string) =>
+      Effect.map(
+        Effect.forEach([...entries.values()].filter((e) => e.phase !== "ended"), (e) => cancel(e.rolloutId, reason), { concurrency: "unbounded" }),
+        (done) => done.filter(Boolean).length
+      )
+
+    const awaitRollout = (rolloutId: string) =>
+      Effect.suspend(() => {
+        const entry = entries.get(rolloutId)
+        return entry === undefined ? Effect.fail(new ControllerError({ message: `unknown rollout ${rolloutId}` })) : Deferred.await(entry.ended)
+      })
+
+    const awaitGroup = (groupId: string) =>
+      Effect.suspend(() => {
+        const ids = groups.get(groupId)
+        return ids === undefined
+          ? Effect.fail(new ControllerError({ message: `unknown group ${groupId}` }))
+          : Effect.forEach(ids, awaitRollout, { concurrency: "unbounded" })
+      })
+
+    const subscribe = Effect.map(PubSub.subscribe(pubsub), (queue) => Stream.fromQueue(queue))
+
+    const status = Effect.sync(() => {
+      let waiting = 0
+      let running = 0
+      let ended = 0
+      for (const e of entries.values()) {
+        if (e.phase === "waiting") waiting++
+        else if (e.phase === "placed") running++
+        else ended++
+      }
+      return new ControllerStatus({
+        waiting,
+        running,
+        ended,
+        admissionBlocked,
+        launchers: [...launchers.values()].map((s) => new LauncherCapacity({ node: s.node, kind: s.kind, max: s.max, running: s.inflight }))
+      })
+    })
+
+    // closing the controller ends every rollout it still holds (bounded: launchers may be gone)
+    yield* Effect.addFinalizer(() => cancelAll("controller stopped").pipe(Effect.timeout("15 seconds"), Effect.ignore))
+
+    yield* wake
+    return {
+      submit,
+      submitTaskGroup: (g: TaskGroup) =>
+        submit({ task: g.record.task, size: g.size, groupId: g.groupId, taskExtra: g.record.extra }),
+      setAdmission: (hook: AdmissionHook | null) => Effect.zipRight(Effect.sync(() => void (admission = hook)), wake),
+      reconsider: wake,
+      cancel,
+      cancelAll,
+      subscribe,
+      events: Stream.unwrapScoped(subscribe),
+      awaitRollout,
+      awaitGroup,
+      status
+    } satisfies RolloutControllerService
+  })
+
+/** The controller as a service for the lifetime of the layer. */
+export const layer = (config: ControllerConfig): Layer.Layer<RolloutController, never, AttemptLedger | ActorSystem> =>
+  Layer.scoped(RolloutController, make(config))

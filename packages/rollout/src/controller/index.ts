@@ -1,0 +1,9 @@
+/**
+ * The Rollout Controller: the launcher actor every `rollout` node runs, the attempt ledger it
+ * records through, and the controller service + actor that schedules rollouts over launchers.
+ */
+export * from "./launcherActor.js"
+export * from "./ledger.js"
+export * as RolloutControllerImpl from "./Controller.js"
+export { type AdmissionHook, type AdmissionRequest, type ControllerConfig, type GroupSubmission, RolloutController, type RolloutControllerService } from "./Controller.js"
+export * from "./controllerActor.js"

@@ -1,0 +1,155 @@
+/**
+ * The launcher actor `rollout/<node id>`: runs attempts on this node with a `Launcher` (local
+ * processes by default, Kubernetes Jobs when configured), at most `maxConcurrent` at a time.
+ *
+ * `Launch` streams `Started` then `Finished` (harness and verifier done). The attempt lives as
+ * long as that call: if the caller interrupts it or goes away, the attempt's scope closes and
+ * the launcher stops it (kills the process group / deletes the Job). `Cancel` stops it too but
+ * still answers the launch with a `Cancelled` outcome and the attempt's logs.
+ */
+import {
+  AttemptAlreadyRunning,
+  LauncherCapacity,
+  LauncherFull,
+  type LaunchConfigError,
+  LauncherRpcs,
+  LaunchFinished,
+  LaunchStarted,
+  type LaunchSpec,
+  type LaunchUpdate
+} from "@reins/protocol"
+import { Actor, ActorContext, type ActorSystem } from "@reins/runtime"
+import { Effect, Layer, Queue, type Scope, Stream } from "effect"
+import { runAttempt } from "../attempt.js"
+import type { AttemptHandle, Launcher } from "../launcher/Launcher.js"
+import { makeLocalLauncher } from "../launcher/local.js"
+import type { KubernetesLauncherOptions } from "../launcher/k8s/launcher.js"
+
+/** The launcher actor, registered once per node as `rollout/<node id>`. */
+export const LauncherActor = Actor.make("rollout", LauncherRpcs)
+
+export interface LauncherActorOptions {
+  /** Attempts running at once on this node (default 8). Launches beyond it fail with `LauncherFull`. */
+  readonly maxConcurrent?: number
+  /** Environment of local harnesses with `inherit_env` (default `process.env`). */
+  readonly baseEnv?: Readonly<Record<string, string | undefined>>
+}
+
+export type LauncherSelection =
+  | { readonly kind: "local"; readonly dataDir: string }
+  | ({ readonly kind: "kubernetes" } & KubernetesLauncherOptions)
+
+interface Running {
+  handle: AttemptHandle | null
+  /** A cancel that arrived before the harness was running. */
+  cancelled: string | null
+}
+
+/** The handlers over an existing `Launcher` (what `layer` builds; exposed for tests and embedding). */
+export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorOptions = {}) =>
+  Effect.gen(function*() {
+    const self = yield* ActorContext
+    const max = Math.max(1, Math.floor(options.maxConcurrent ?? 8))
+    const running = new Map<string, Running>()
+
+    const launch = (spec: LaunchSpec) =>
+      Stream.unwrapScoped(
+        Effect.gen(function*() {
+          if (running.has(spec.attemptId)) return yield* new AttemptAlreadyRunning({ node: self.node, attemptId: spec.attemptId })
+          if (running.size >= max) return yield* new LauncherFull({ node: self.node, max, running: running.size })
+          const entry: Running = { handle: null, cancelled: null }
+          running.set(spec.attemptId, entry)
+          yield* Effect.addFinalizer(() => Effect.sync(() => running.delete(spec.attemptId)))
+          const updates = yield* Queue.unbounded<LaunchUpdate>()
+          const onStarted = (handle: AttemptHandle) =>
+            Effect.gen(function*() {
+              entry.handle = handle
+              yield* Queue.offer(updates, new LaunchStarted({ node: self.node, startedAt: Date.now() }))
+              if (entry.cancelled !== null) yield* Effect.forkDaemon(handle.cancel(entry.cancelled))
+            })
+          yield* runAttempt(launcher, spec, { onStarted, baseEnv: options.baseEnv }).pipe(
+            Effect.scoped,
+            Effect.flatMap((result) => Queue.offer(updates, new LaunchFinished({ node: self.node, result }))),
+            Effect.forkScoped
+          )
+          return Stream.fromQueue(updates).pipe(Stream.takeUntil((u) => u._tag === "Finished"))
+        })
+      )
+
+    return LauncherRpcs.of({
+      Launch: ({ spec }) => launch(spec),
+      Cancel: ({ attemptId, reason }) =>
+        Effect.suspend(() => {
+          const entry = running.get(attemptId)
+          if (entry === undefined) return Effect.succeed(false)
+          if (entry.handle === null) {
+            entry.cancelled = reason
+            return Effect.succeed(true)
+          }
+          // the Launch stream reports the Cancelled outcome; answer once it is stopped
+          return Effect.as(entry.handle.cancel(reason), true)
+        }),
+      Capacity: () => Effect.succeed(new LauncherCapacity({ node: self.node, kind: launcher.kind, max, running: running.size })),
+      Ping: () => Effect.succeed({ actor: self.name, node: self.node, incarnation: self.incarnation })
+    })
+  })
+
+/**
+ * The launcher for a selection (the Kubernetes one lives as long as the actor's incarnation). The
+ * Kubernetes client is loaded only when selected: it adds seconds to every node's start.
+ */
+export const selectLauncher = (selection: LauncherSelection) =>
+  selection.kind === "local"
+    ? Effect.succeed<Launcher>(makeLocalLauncher({ dataDir: selection.dataDir }))
+    : Effect.flatMap(
+      Effect.promise(() => import("../launcher/k8s/launcher.js")),
+      (k8s): Effect.Effect<Launcher, LaunchConfigError, Scope.Scope> => k8s.makeKubernetesLauncher(selection)
+    )
+
+/**
+ * The launcher actor of this node, as `rollout/<node id>`. Local launchers first kill what a
+ * previous incarnation on this data directory left running (its attempts are reported lost by the
+ * controller when their calls broke).
+ */
+export const layer = (
+  selection: LauncherSelection,
+  options: LauncherActorOptions = {}
+): Layer.Layer<never, unknown, ActorSystem> =>
+  LauncherActor.toLayer(
+    Effect.gen(function*() {
+      const launcher = yield* selectLauncher(selection)
+      if (selection.kind === "local") {
+        yield* launcher.adopt.pipe(
+          Effect.tap((reaped) => (reaped.length > 0 ? Effect.logWarning(`launcher: killed ${reaped.length} attempt(s) left by a previous run`) : Effect.void)),
+          Effect.catchAll((e) => Effect.logWarning(`launcher: could not reap leftovers: ${e.message}`)),
+          Effect.scoped
+        )
+      }
+      return yield* makeLauncherHandlers(launcher, options)
+    }),
+    { name: (node) => `rollout/${node}` }
+  )
+
+/**
+ * The launcher actor of a `reins node --roles rollout`, configured from the environment:
+ * `REINS_ROLLOUT_LAUNCHER` = `local` (default) | `kubernetes` (kubeconfig from the usual places,
+ * `REINS_ROLLOUT_NAMESPACES` = comma-separated namespaces to adopt Jobs in), and
+ * `REINS_ROLLOUT_CONCURRENCY` = attempts at once on this node (default 8). Attempt files go under
+ * `<dataDir>/rollout`.
+ */
+export const layerFromEnv = (
+  dataDir: string,
+  env: Readonly<Record<string, string | undefined>> = process.env
+): Layer.Layer<never, unknown, ActorSystem> => {
+  const dir = `${dataDir.replace(/\/+$/, "")}/rollout`
+  const kind = env.REINS_ROLLOUT_LAUNCHER ?? "local"
+  const concurrency = Number(env.REINS_ROLLOUT_CONCURRENCY ?? "8")
+  if (kind !== "local" && kind !== "kubernetes") {
+    return Layer.fail(new Error(`REINS_ROLLOUT_LAUNCHER=${kind}: expected local or kubernetes`))
+  }
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    return Layer.fail(new Error(`REINS_ROLLOUT_CONCURRENCY=${env.REINS_ROLLOUT_CONCURRENCY}: expected a positive integer`))
+  }
+  const namespaces = (env.REINS_ROLLOUT_NAMESPACES ?? "default").split(",").map((n) => n.trim()).filter((n) => n !== "")
+  return layer(kind === "local" ? { kind, dataDir: dir } : { kind, dataDir: dir, namespaces }, { maxConcurrent: concurrency })
+}
