@@ -316,6 +316,29 @@ describe("pausing", () => {
   )
 })
 
+describe("weights", () => {
+  it.effect("setWeights takes plain weights too, and refuses weights that do not fit the model", () =>
+    Effect.gen(function* () {
+      const model = Transformer.init(tinyConfig(V), 33)
+      const other = Transformer.init(tinyConfig(V), 34)
+      yield* withEngine(model, (engine) =>
+        Effect.gen(function* () {
+          yield* engine.setWeights(5, other.readWeights())
+          const g = yield* generateAll(engine, request(prompt(40), { maxTokens: 6 }))
+          expect([...g.outputIds]).toEqual(referenceGreedy(other, prompt(40), 6))
+          expect([...g.versions]).toEqual([5, 5, 5, 5, 5, 5])
+          const { ["norm.weight"]: _dropped, ...partial } = other.readWeights()
+          const exit = yield* Effect.exit(engine.setWeights(6, partial))
+          expect(Exit.isFailure(exit) && exit.cause._tag === "Fail" && exit.cause.error.message).toMatch(/missing parameter norm.weight/)
+          expect((yield* engine.stats).version).toBe(5)
+        })
+      )
+      model.dispose()
+      other.dispose()
+    })
+  )
+})
+
 describe("bad requests", () => {
   const model = Transformer.init(tinyConfig(V), 40)
 

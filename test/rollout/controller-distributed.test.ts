@@ -17,7 +17,7 @@ import net from "node:net"
 import os from "node:os"
 import path from "node:path"
 import { afterAll } from "vitest"
-import { RolloutController, RolloutControllerImpl } from "../../packages/rollout/src/controller/index.js"
+import { RolloutController } from "../../packages/rollout/src/controller/index.js"
 import { killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
 import { answerTask, baseConfig, harnessSpec, ledgerLayer } from "./controllerHelpers.js"
 import { killQuietly, waitFor } from "./helpers.js"
@@ -69,7 +69,7 @@ describe("rollout controller over a cluster", () => {
         { host: "127.0.0.1", port: 0, dataDir: path.join(dir, "controller"), secret: Redacted.make(secretValue), join: [a.address], roles: ["gateway"], downAfter: "2 seconds" },
         Layer.empty
       )
-      const layers = RolloutControllerImpl.layer(
+      const layers = RolloutController.layer(
         baseConfig({ harness: harnessSpec({ env: { RUN_LOG: runLog } }), maxAttempts: 3 })
       ).pipe(Layer.provideMerge(Layer.merge(ledgerLayer.pipe(Layer.provideMerge(SqliteStore.layer({ filename: path.join(dir, "store.db") }))), controllerNode)))
 

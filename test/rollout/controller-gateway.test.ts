@@ -6,12 +6,12 @@
  * the harness posted (no verifier).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Gateway, Store } from "@reins/gateway"
+import { Gateway } from "@reins/gateway"
 import { type AttemptFinished, Task } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
 import { Effect, Layer, Stream } from "effect"
 import { afterAll, beforeAll } from "vitest"
-import { AttemptLedger, layer as launcherLayer, RolloutController, RolloutControllerImpl } from "../../packages/rollout/src/controller/index.js"
+import { AttemptLedger, launcherActorLayer as launcherLayer, RolloutController } from "../../packages/rollout/src/controller/index.js"
 import { type FakeUpstream, startFakeUpstream } from "../gateway/fakeUpstream.js"
 import { type Running, startGateway } from "../gateway/harness.js"
 import { baseConfig, controllerFixture, harnessSpec, storeLedger } from "./controllerHelpers.js"
@@ -32,7 +32,7 @@ afterAll(async () => {
 })
 
 const layers = () =>
-  RolloutControllerImpl.layer(
+  RolloutController.layer(
     baseConfig({
       harness: harnessSpec({ command: [process.execPath, controllerFixture("agent.mjs")], verifier: undefined }),
       endpoints: { openaiBaseUrl: `${gateway.url}/v1` }
@@ -56,7 +56,7 @@ describe("rollout controller with a real Gateway", () => {
       expect(ended.map((e) => [e.state, e.reward, e.attempts])).toEqual([["succeeded", 0.75, 1], ["succeeded", 0.75, 1]])
       expect(events.map((e) => [e.rewardSource, e.reward, e.final])).toEqual([["harness", 0.75, true], ["harness", 0.75, true]])
 
-      const store = yield* Effect.succeed(gateway.store)
+      const store = gateway.store
       for (const id of group.rolloutIds) {
         const detail = yield* store.rollout(id)
         expect(detail.rollout).toMatchObject({ state: "succeeded", group: group.groupId, reward: 0.75, task: { id: "weather" } })
@@ -67,5 +67,5 @@ describe("rollout controller with a real Gateway", () => {
         expect(calls.map((c) => [c.seq, c.status])).toEqual([[1, 200], [2, 200]])
         expect(detail.rewards.map((r) => [r.attemptId, r.value])).toEqual([[attempt!.id, 0.75]])
       }
-    }).pipe(Effect.provide(layers()), Effect.provideService(Store, gateway.store)))
+    }).pipe(Effect.provide(layers())))
 })

@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Store } from "@reins/gateway"
-import { type AttemptFinished, type LaunchUpdate, Task } from "@reins/protocol"
+import { type AttemptFinished, type LaunchUpdate, Task, VerifierSpec } from "@reins/protocol"
 import { ActorSystem, Probe } from "@reins/runtime"
 import { Chunk, Effect, Fiber, Layer, Stream } from "effect"
 import { chmodSync, copyFileSync, existsSync, readFileSync } from "node:fs"
@@ -16,13 +16,15 @@ import { join } from "node:path"
 import { afterAll } from "vitest"
 import {
   type AdmissionRequest,
+  AttemptLedger,
+  makeMemoryLedger,
   ControllerActor,
   controllerActorLayer,
   LauncherActor,
-  layer as launcherLayer,
+  launcherActorLayer as launcherLayer,
   RolloutController
 } from "../../packages/rollout/src/controller/index.js"
-import { answerTask, controllerFixture, harnessSpec, localLayers } from "./controllerHelpers.js"
+import { answerTask, baseConfig, controllerFixture, harnessSpec, localLayers } from "./controllerHelpers.js"
 import { tempDir, waitFor } from "./helpers.js"
 
 const dirs: Array<{ cleanup: () => void }> = []
@@ -161,6 +163,51 @@ describe("rollout controller (local launcher, real store)", () => {
       expect(asked.filter((r) => r.attemptIndex === 1).map((r) => r.rolloutId).sort()).toEqual([...flaky.rolloutIds].sort())
       yield* expectOneEventPerAttempt(events, [...flaky.rolloutIds, ...crash.rolloutIds])
     }).pipe(Effect.provide(localLayers({ dir })))
+  })
+
+  it.scopedLive("a timeout is a behaviour failure (not retried); a verifier printing garbage leaves the attempt without reward", () =>
+    Effect.gen(function*() {
+      const controller = yield* RolloutController
+      const store = yield* Store
+      const events = yield* collect
+      const slow = yield* controller.submit({
+        task: new Task({ id: "hang", input: { mode: "hang" } }),
+        size: 1,
+        harness: harnessSpec({ timeout_s: 1, grace_s: 0.2, verifier: undefined })
+      })
+      const garbage = yield* controller.submit({
+        task: answerTask("sum", "4"),
+        size: 1,
+        harness: harnessSpec({ verifier: new VerifierSpec({ command: [process.execPath, "-e", "console.log('looks right to me')"] }) })
+      })
+      const [timedOut] = yield* controller.awaitGroup(slow.groupId)
+      expect(timedOut).toMatchObject({ state: "failed", attempts: 1, reward: 0 })
+      expect(timedOut!.reason).toMatch(/^timeout: /)
+      const [unverified] = yield* controller.awaitGroup(garbage.groupId)
+      expect(unverified).toMatchObject({ state: "succeeded", attempts: 1, reward: null })
+      const event = events.find((e) => e.rolloutId === garbage.rolloutIds[0])!
+      expect(event).toMatchObject({ reward: null, rewardSource: null, final: true })
+      expect(event.verifier).toMatchObject({ _tag: "VerifierError", reason: "garbage" })
+      expect((yield* store.rollout(garbage.rolloutIds[0]!)).rewards).toEqual([])
+    }).pipe(Effect.provide(localLayers({ dir: freshDir() }))))
+
+  it.scopedLive("runs without a Gateway on the in-memory ledger", () => {
+    const dir = freshDir()
+    const ledger = makeMemoryLedger()
+    return Effect.gen(function*() {
+      const controller = yield* RolloutController
+      const group = yield* controller.submit({ task: answerTask("sum", "4"), size: 2, taskExtra: { reference: "4" } })
+      const ended = yield* controller.awaitGroup(group.groupId)
+      expect(ended.map((e) => [e.state, e.reward])).toEqual([["succeeded", 1], ["succeeded", 1]])
+      expect([...ledger.attempts.values()].map((a) => [a.state, a.reason, a.reward])).toEqual([["succeeded", "exit code 0", 1], ["succeeded", "exit code 0", 1]])
+    }).pipe(
+      Effect.provide(
+        RolloutController.layer(baseConfig()).pipe(
+          Layer.provideMerge(Layer.merge(launcherLayer({ kind: "local", dataDir: dir }), Layer.succeed(AttemptLedger, ledger))),
+          Layer.provideMerge(ActorSystem.layerLocal())
+        )
+      )
+    )
   })
 
   it.scopedLive("drops behaviour failures from training under the drop policy", () =>

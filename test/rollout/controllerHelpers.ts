@@ -13,8 +13,8 @@ import {
   type AttemptLedgerService,
   type ControllerConfig,
   LedgerError,
-  layer as launcherLayer,
-  RolloutControllerImpl
+  launcherActorLayer as launcherLayer,
+  RolloutController,
 } from "../../packages/rollout/src/controller/index.js"
 
 export const controllerFixture = (name: string) => fileURLToPath(new URL(`./controller-fixtures/${name}`, import.meta.url))
@@ -85,5 +85,5 @@ export const localLayers = (options: { readonly dir: string; readonly maxConcurr
     launcherLayer({ kind: "local", dataDir: `${options.dir}/launcher` }, { maxConcurrent: options.maxConcurrent ?? 4 }),
     ledgerLayer
   ).pipe(Layer.provideMerge(Layer.merge(ActorSystem.layerLocal(), SqliteStore.layer({ filename: `${options.dir}/store.db` }))))
-  return RolloutControllerImpl.layer(baseConfig(options.config)).pipe(Layer.provideMerge(base))
+  return RolloutController.layer(baseConfig(options.config)).pipe(Layer.provideMerge(base))
 }

@@ -29,7 +29,7 @@ export {
 } from "./checkpoint/modelDir.js"
 export { Sampler, logSoftmax, type SamplerSettings, type Sampled } from "./engine/sampler.js"
 export { StopMatcher } from "./engine/stops.js"
-export { FastEngineDecoder, TfDecoder, type Decoder, type DecoderCache } from "./engine/decoder.js"
+export { FastEngineDecoder, TfDecoder, type Decoder, type DecoderCache, type WeightSource } from "./engine/decoder.js"
 export { Scheduler, EngineError, type Sink, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"
 export { makeEngine, Engine, generateAll, collectChunks, type EngineOptions, type GenerationEngine, type Generation } from "./engine/engine.js"
 export * from "./device/index.js"

@@ -7,7 +7,10 @@
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
-import type { TfKvCache, Transformer } from "../model/transformer.js"
+import { type TfKvCache, Transformer, type Weights } from "../model/transformer.js"
+
+/** New weights for a decoder: a model (its current variables are read) or plain weights. */
+export type WeightSource = Transformer | Weights
 
 export interface DecoderCache {
   /** Tokens held. */
@@ -26,8 +29,8 @@ export interface Decoder<C extends DecoderCache = DecoderCache> {
    * (valid until the next call).
    */
   forward(chunks: ReadonlyArray<{ readonly cache: C; readonly ids: Int32Array }>): Float32Array
-  /** Takes the current weights of `model` as version `version`. */
-  setWeights(model: Transformer, version: number): void
+  /** Takes new weights — a model's current variables, or plain weights — as version `version`. */
+  setWeights(source: WeightSource, version: number): void
   dispose(): void
 }
 
@@ -61,9 +64,9 @@ export class FastEngineDecoder implements Decoder<KvCache> {
     return this.decoder.forward(chunks, "last", true)
   }
 
-  setWeights(model: Transformer, version: number): void {
+  setWeights(source: WeightSource, version: number): void {
     const old = this.weights
-    this.weights = DecodeWeights.fromModel(model, { version })
+    this.weights = source instanceof Transformer ? DecodeWeights.fromModel(source, { version }) : DecodeWeights.fromWeights(this.weights.config, source, version)
     this.decoder.setWeights(this.weights)
     old.dispose()
   }
@@ -109,8 +112,9 @@ export class TfDecoder implements Decoder<TfKvCache> {
   }
 
   /** The reference reads the live variables: training changes what it decodes with. */
-  setWeights(model: Transformer, version: number): void {
-    this.model = model
+  setWeights(source: WeightSource, version: number): void {
+    if (source instanceof Transformer) this.model = source
+    else this.model.setWeights(source)
     this.currentVersion = version
   }
 

@@ -18,7 +18,7 @@ import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
 import type { Transformer } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { type Decoder, FastEngineDecoder, TfDecoder } from "./decoder.js"
+import { type Decoder, FastEngineDecoder, TfDecoder, type WeightSource } from "./decoder.js"
 import { EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
 
 export interface EngineOptions {
@@ -49,7 +49,8 @@ export interface GenerationEngine {
   readonly interrupt: Effect.Effect<ReadonlyArray<SequenceState>>
   readonly drain: Effect.Effect<void>
   readonly resume: Effect.Effect<void>
-  readonly setWeights: (version: number, model: Transformer) => Effect.Effect<void>
+  /** New weights as version `version`: a model's current variables, or plain weights by name. */
+  readonly setWeights: (version: number, weights: WeightSource) => Effect.Effect<void, EngineError>
   readonly stats: Effect.Effect<SchedulerStats>
 }
 
@@ -159,10 +160,13 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
         scheduler.resume()
         wake()
       }),
-      setWeights: (v, model) =>
-        Effect.sync(() => {
-          scheduler.setWeights(model, v)
-          wake()
+      setWeights: (v, weights) =>
+        Effect.try({
+          try: () => {
+            scheduler.setWeights(weights, v)
+            wake()
+          },
+          catch: (e) => new EngineError({ requestId: "", message: `setWeights: ${e instanceof Error ? e.message : String(e)}`, cause: e })
         }),
       stats: Effect.sync(() => scheduler.stats())
     } satisfies GenerationEngine

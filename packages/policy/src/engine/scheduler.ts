@@ -17,10 +17,9 @@
  */
 import { GenerateChunk, type FinishReason, type SamplingParams } from "@reins/protocol"
 import { Data } from "effect"
-import type { Transformer } from "../model/transformer.js"
 import { randomSeed, Rng } from "../random.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import type { Decoder, DecoderCache } from "./decoder.js"
+import type { Decoder, DecoderCache, WeightSource } from "./decoder.js"
 import { Sampler } from "./sampler.js"
 import { StopMatcher } from "./stops.js"
 
@@ -72,7 +71,10 @@ interface Sequence<C> {
   readonly stops: StopMatcher
   /** Tokens the sequence may still produce: min(max_tokens, context − prompt). */
   readonly budget: number
-  /** Sampled ids, their logprobs and versions; chunks are views of these (no allocation per token). */
+  /**
+   * Sampled ids, their logprobs and versions. A chunk gets its own copy of its range (chunks
+   * cross threads and the wire, where a view would drag the whole buffer along).
+   */
   readonly output: Array<number>
   readonly outIds: Int32Array
   readonly outLogprobs: Float32Array
@@ -232,8 +234,8 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   }
 
   /** New weights: every cache is recomputed under them before its sequence's next token. */
-  setWeights(model: Transformer, version: number): void {
-    this.decoder.setWeights(model, version)
+  setWeights(source: WeightSource, version: number): void {
+    this.decoder.setWeights(source, version)
   }
 
   /** Ends every request with `reason` (engine shutdown). */
@@ -326,10 +328,10 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       seq.sink.chunk(
         new GenerateChunk(
           {
-            outputIds: seq.outIds.subarray(from, to),
-            logprobs: seq.outLogprobs.subarray(from, to),
-            versions: seq.outVersions.subarray(from, to),
-            ...(k > 0 ? { topIds: seq.outTopIds.subarray(from * k, to * k), topLogprobs: seq.outTopLogprobs.subarray(from * k, to * k) } : {}),
+            outputIds: seq.outIds.slice(from, to),
+            logprobs: seq.outLogprobs.slice(from, to),
+            versions: seq.outVersions.slice(from, to),
+            ...(k > 0 ? { topIds: seq.outTopIds.slice(from * k, to * k), topLogprobs: seq.outTopLogprobs.slice(from * k, to * k) } : {}),
             ...(finish !== undefined ? { finishReason: finish } : {}),
             ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
           },
@@ -355,10 +357,10 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     seq.sink.chunk(
       new GenerateChunk(
         {
-          outputIds: seq.outIds.subarray(from, to),
-          logprobs: seq.outLogprobs.subarray(from, to),
-          versions: seq.outVersions.subarray(from, to),
-          ...(k > 0 ? { topIds: seq.outTopIds.subarray(from * k, to * k), topLogprobs: seq.outTopLogprobs.subarray(from * k, to * k) } : {}),
+          outputIds: seq.outIds.slice(from, to),
+          logprobs: seq.outLogprobs.slice(from, to),
+          versions: seq.outVersions.slice(from, to),
+          ...(k > 0 ? { topIds: seq.outTopIds.slice(from * k, to * k), topLogprobs: seq.outTopLogprobs.slice(from * k, to * k) } : {}),
         },
         true
       )

@@ -18,11 +18,11 @@
  * dense product, attention is per row over its own cache.
  */
 import * as tf from "@tensorflow/tfjs"
-import type { ModelConfig } from "./config.js"
+import { type ModelConfig, parameterShapes } from "./config.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable } from "./ops.js"
-import type { Transformer } from "./transformer.js"
+import { checkWeights, type Transformer, type Weights } from "./transformer.js"
 
 export type GemmKind = "tfjs" | "js"
 
@@ -41,7 +41,8 @@ interface LayerWeights {
   readonly wo: Matrix
   readonly mlpNorm: Float32Array
   readonly mlpNormBias: Float32Array | undefined
-  readonly w1: Matrix // [d, ff], or [d, 2ff] = [W1 | W3] for swiglu
+  readonly w1: Matrix // [d, ff]
+  readonly w3: Matrix | undefined // [d, ff], swiglu's gate
   readonly w2: Matrix
 }
 
@@ -61,20 +62,39 @@ export class DecodeWeights {
 
   /** Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). */
   static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
-    const c = model.config
-    const gemm = options.gemm ?? (tf.getBackend() === "cpu" ? "js" : "tfjs")
-    const values = (name: string) => new Float32Array(model.param(name).dataSync() as Float32Array)
-    const optional = (name: string) => (model.params.has(name) ? values(name) : undefined)
+    return DecodeWeights.build(model.config, (name) => model.params.get(name), options.version ?? model.version, options.gemm)
+  }
+
+  /** From plain weights (e.g. received from a training device), checked against the config. */
+  static fromWeights(config: ModelConfig, weights: Weights, version: number, options: { readonly gemm?: GemmKind } = {}): DecodeWeights {
+    checkWeights(parameterShapes(config), weights)
+    const shapes = parameterShapes(config)
+    const tensors = new Map(Object.keys(shapes).map((name) => [name, upload(weights[name]!, shapes[name]!)] as const))
+    try {
+      return DecodeWeights.build(config, (name) => tensors.get(name), version, options.gemm)
+    } finally {
+      tf.dispose([...tensors.values()])
+    }
+  }
+
+  private static build(config: ModelConfig, get: (name: string) => tf.Tensor | undefined, version: number, gemmKind: GemmKind | undefined): DecodeWeights {
+    const c = config
+    const gemm = gemmKind ?? (tf.getBackend() === "cpu" ? "js" : "tfjs")
+    const p = (name: string) => {
+      const t = get(name)
+      if (t === undefined) throw new Error(`no parameter ${name}`)
+      return t as tf.Tensor2D
+    }
+    const values = (name: string) => new Float32Array(p(name).dataSync() as Float32Array)
+    const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
     const matrix = (t: tf.Tensor2D): Matrix => {
       const [rows, cols] = t.shape
       if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) }
       return { rows, cols, transposed: new Float32Array(tf.tidy(() => tf.transpose(t)).dataSync() as Float32Array) }
     }
-    const p = (name: string) => model.param(name) as tf.Tensor2D
     const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
       const n = (s: string) => `layers.${l}.${s}`
       const qkv = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
-      const w1 = c.mlp === "swiglu" ? tf.concat([p(n("mlp.w1")), p(n("mlp.w3"))], 1) : p(n("mlp.w1"))
       const layer: LayerWeights = {
         attnNorm: values(n("attn_norm.weight")),
         attnNormBias: optional(n("attn_norm.bias")),
@@ -82,11 +102,11 @@ export class DecodeWeights {
         wo: matrix(p(n("attn.wo"))),
         mlpNorm: values(n("mlp_norm.weight")),
         mlpNormBias: optional(n("mlp_norm.bias")),
-        w1: matrix(w1),
+        w1: matrix(p(n("mlp.w1"))),
+        w3: c.mlp === "swiglu" ? matrix(p(n("mlp.w3"))) : undefined,
         w2: matrix(p(n("mlp.w2")))
       }
       qkv.dispose()
-      if (w1 !== p(n("mlp.w1"))) w1.dispose()
       return layer
     })
     const headT = c.tieEmbeddings ? tf.transpose(p("tok_embeddings.weight")) : p("lm_head.weight")
@@ -94,7 +114,7 @@ export class DecodeWeights {
     if (c.tieEmbeddings) headT.dispose()
     return new DecodeWeights(
       c,
-      options.version ?? model.version,
+      version,
       gemm,
       values("tok_embeddings.weight"),
       optional("pos_embeddings.weight"),
@@ -107,7 +127,7 @@ export class DecodeWeights {
 
   /** Releases the device copies of the matrices. */
   dispose(): void {
-    for (const l of this.layers) for (const m of [l.qkv, l.wo, l.w1, l.w2]) m.tensor?.dispose()
+    for (const l of this.layers) for (const m of [l.qkv, l.wo, l.w1, l.w3, l.w2]) m?.tensor?.dispose()
     this.head.tensor?.dispose()
   }
 }
@@ -236,8 +256,7 @@ export class FastDecoder {
       const att = this.attend(qkv, chunks, l)
       this.addInto(x, this.gemm(att, R, layer.wo, "o"))
       this.norm(x, h, R, layer.mlpNorm, layer.mlpNormBias)
-      const u = this.gemm(h, R, layer.w1, "u")
-      this.addInto(x, this.gemm(this.activate(u, R), R, layer.w2, "m"))
+      this.addInto(x, this.mlp(h, R, layer))
     }
     for (const ch of chunks) ch.cache.length += ch.ids.length
     // Head over the rows whose logits are wanted.
@@ -282,24 +301,42 @@ export class FastDecoder {
     for (let i = 0; i < y.length; i++) x[i]! += y[i]!
   }
 
-  /** GELU (sigmoid form) or SwiGLU of u [R, ff] or [R, 2ff] → [R, ff]. */
-  private activate(u: Float32Array, R: number): Float32Array {
+  /**
+   * W2·act(W1·h [⊙ W3·h]) for R rows. With device matrices and several rows the whole MLP runs as
+   * tfjs ops (XNNPACK's vectorized sigmoid beats a JS Math.exp loop once there are a few rows);
+   * otherwise the activation is a JS loop between two gemms.
+   */
+  private mlp(h: Float32Array, R: number, layer: LayerWeights): Float32Array {
     const ff = this.config.dFf
-    const out = this.scratch.get("act", R * ff)
-    if (this.config.mlp === "gelu") {
+    const d = this.config.dModel
+    const swiglu = this.config.mlp === "swiglu"
+    if (layer.w1.tensor !== undefined && R >= 4) {
+      const out = this.scratch.get("gemm-m", R * d)
+      const y = tf.tidy(() => {
+        const x = upload<tf.Rank.R2>(h.subarray(0, R * d), [R, d])
+        const a = tf.matMul(x, layer.w1.tensor!)
+        const hidden = swiglu ? tf.mul(tf.mul(a, tf.sigmoid(a)), tf.matMul(x, layer.w3!.tensor!)) : tf.mul(a, tf.sigmoid(tf.mul(a, 1.702)))
+        return tf.matMul(hidden, layer.w2.tensor!)
+      })
+      out.set(view(y))
+      y.dispose()
+      return out
+    }
+    const u = this.gemm(h, R, layer.w1, "u")
+    const act = this.scratch.get("act", R * ff)
+    if (!swiglu) {
       for (let i = 0; i < R * ff; i++) {
         const v = u[i]!
-        out[i] = v / (1 + Math.exp(-1.702 * v))
+        act[i] = v / (1 + Math.exp(-1.702 * v))
       }
     } else {
-      for (let r = 0; r < R; r++) {
-        for (let j = 0; j < ff; j++) {
-          const a = u[r * 2 * ff + j]!
-          out[r * ff + j] = (a / (1 + Math.exp(-a))) * u[r * 2 * ff + ff + j]!
-        }
+      const g = this.gemm(h, R, layer.w3!, "g")
+      for (let i = 0; i < R * ff; i++) {
+        const a = u[i]!
+        act[i] = (a / (1 + Math.exp(-a))) * g[i]!
       }
     }
-    return out
+    return this.gemm(act, R, layer.w2, "m")
   }
 
   /**

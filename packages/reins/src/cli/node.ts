@@ -25,7 +25,7 @@ export const roleActors: Record<string, Role> = {
   rollout: {
     description:
       "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, REINS_ROLLOUT_CONCURRENCY=N, default 8)",
-    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => RolloutLauncher.layerFromEnv(node.dataDir)))
+    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => RolloutLauncher.launcherActorLayerFromEnv(node.dataDir)))
   }
 }
 

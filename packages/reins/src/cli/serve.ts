@@ -7,7 +7,8 @@
 import { Command, Options } from "@effect/cli"
 import { HttpServer } from "@effect/platform"
 import { EngineGenerator, Gateway, Generator } from "@reins/gateway"
-import { ChatTemplate, ensureModelDir, initBackend, loadModelDir, makeEngine, trainBpe, Transformer } from "@reins/policy"
+import { deviceEngine, deviceWorkerLayer, loadChatTemplate, loadTokenizer } from "@reins/policy"
+import { ActorSystem } from "@reins/runtime"
 import { Console, Duration, Effect, Layer, Option } from "effect"
 import path from "node:path"
 import { failWith, parseListen } from "./node.js"
@@ -48,50 +49,30 @@ const alias = Options.text("model-alias").pipe(
   Options.withDescription("Another model name to accept for the served model (repeatable).")
 )
 
-/** The id the default policy is served under. */
-export const DEFAULT_MODEL_ID = "reins-default"
-
 /**
- * The tokenizer of a freshly created default policy: a 512-token byte-level BPE learned from a
- * fixed text (the default chat template's own rendering of a tool-using conversation and a few
- * plain sentences), so every machine creates the same one.
+ * The policy backend: the device actor runs the model in a worker thread of this process (the
+ * Gateway's event loop never runs a forward pass); the Gateway reads the tokenizer and chat
+ * template from the same model directory and samples through the device by message.
  */
-const defaultTokenizer = () => {
-  const template = ChatTemplate.default()
-  const sample = template.render(
-    [
-      { role: "system", content: "You are a helpful assistant. Answer briefly and call tools when they help." },
-      { role: "user", content: "What is the weather in Paris today? Please check." },
-      { role: "assistant", content: "Let me check.", tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
-      { role: "tool", tool_call_id: "call_1", content: '{"temperature": 21, "sky": "clear"}' },
-      { role: "assistant", content: "It is 21 degrees and clear in Paris." }
-    ],
-    { tools: [{ type: "function", function: { name: "get_weather", description: "Current weather of a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }] }
-  )
-  const prose = "The quick brown fox jumps over the lazy dog. 0123456789 + - * / = ( ) [ ] { } < > , . ; : ! ? ' \" \n"
-  return trainBpe([sample, prose].join("\n").repeat(4), { vocabSize: 512 })
-}
-
-/** The policy backend: the model in `dir`, or the default small policy under the data directory. */
 const servedPolicy = (dir: string | undefined, data: string) =>
   Effect.gen(function* () {
-    const backend = yield* Effect.tryPromise({ try: () => initBackend(), catch: (e) => new Error(`no TensorFlow.js backend: ${String(e)}`) })
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
-    const contents = yield* (dir !== undefined ? loadModelDir(dir) : ensureModelDir(modelDir, { tokenizer: defaultTokenizer() }))
-    const id = dir !== undefined ? path.basename(path.resolve(dir)) : DEFAULT_MODEL_ID
     const layer = Layer.unwrapScoped(
       Effect.gen(function* () {
-        const model = Transformer.fromWeights(contents.config, contents.weights)
-        const engine = yield* makeEngine({ model, tokenizer: contents.tokenizer, stopIds: contents.generationConfig.eosTokenIds })
+        yield* Layer.build(deviceWorkerLayer({ modelDir, createDefault: dir === undefined }))
+        const engine = yield* deviceEngine
+        const info = yield* engine.info
+        const tokenizer = yield* loadTokenizer(info.modelDir)
+        const template = yield* loadChatTemplate(info.modelDir)
         const generator = EngineGenerator.fromEngine(engine, {
-          id,
-          contextLength: contents.config.contextLength,
-          defaultMaxTokens: contents.generationConfig.maxNewTokens
+          id: info.modelId,
+          contextLength: info.contextLength,
+          defaultMaxTokens: info.defaultMaxTokens
         })
-        return Gateway.engineBackend({ tokenizer: contents.tokenizer, template: contents.chatTemplate }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
+        return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
       })
-    )
-    return { description: `policy ${modelDir} on ${backend}`, layer: layer as Layer.Layer<Gateway.GatewayBackend, unknown> }
+    ).pipe(Layer.provide(ActorSystem.layerLocal()))
+    return { description: `policy ${modelDir} in a device worker thread`, layer: layer as Layer.Layer<Gateway.GatewayBackend, unknown> }
   })
 
 export interface ServeArgs {

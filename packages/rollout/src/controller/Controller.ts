@@ -104,7 +104,11 @@ export interface RolloutControllerService {
   readonly status: Effect.Effect<ControllerStatus>
 }
 
-export class RolloutController extends Context.Tag("@reins/rollout/RolloutController")<RolloutController, RolloutControllerService>() {}
+export class RolloutController extends Context.Tag("@reins/rollout/RolloutController")<RolloutController, RolloutControllerService>() {
+  /** The controller for the lifetime of the layer (needs the ledger and the node's actor system). */
+  static readonly layer = (config: ControllerConfig): Layer.Layer<RolloutController, never, AttemptLedger | ActorSystem> =>
+    Layer.scoped(RolloutController, makeRolloutController(config))
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -135,6 +139,8 @@ interface Entry {
   /** Completed to give up on a placed attempt (cancel whose launcher does not answer). */
   abort: Deferred.Deferred<void> | null
   readonly ended: Deferred.Deferred<RolloutEnded>
+  /** Submission order: waiting rollouts are served oldest first (retries keep their place). */
+  readonly seq: number
 }
 
 const LOST = Symbol("lost")
@@ -143,7 +149,7 @@ const ABORTED = Symbol("aborted")
 const toError = (operation: string) => (e: { readonly message: string }) =>
   new ControllerError({ message: `${operation}: ${e.message}` })
 
-export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerService, never, AttemptLedger | ActorSystem | Scope.Scope> =>
+export const makeRolloutController = (config: ControllerConfig): Effect.Effect<RolloutControllerService, never, AttemptLedger | ActorSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const ledger: AttemptLedgerService = yield* AttemptLedger
     const system = yield* ActorSystem
@@ -159,6 +165,17 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
     let admission: AdmissionHook | null = null
     let admissionBlocked = false
     let groupCounter = 0
+    let entrySeq = 0
+    /** The entries in phase "waiting" (scheduling passes look at these only) and those not ended. */
+    const waiting = new Set<Entry>()
+    const live = new Set<Entry>()
+    const setPhase = (entry: Entry, phase: Entry["phase"]) => {
+      entry.phase = phase
+      if (phase === "waiting") waiting.add(entry)
+      else waiting.delete(entry)
+      if (phase === "ended") live.delete(entry)
+      else live.add(entry)
+    }
 
     const pubsub = yield* PubSub.unbounded<AttemptFinishedT>()
     const wakeQueue = yield* Queue.sliding<void>(1)
@@ -207,6 +224,8 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
       for (const slot of [...launchers.values()]) {
         const member = members.find((m) => m.id === slot.node)
         if (member === undefined || member.status !== "up") yield* dropLauncher(slot)
+        // the actor stopped on a live node: its calls fail by themselves; place nothing more there
+        else if (!seen.has(slot.name)) launchers.delete(slot.name)
       }
     })
 
@@ -222,7 +241,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
 
     const endRollout = (entry: Entry, state: RolloutEnded["state"], reason: string, reward: number | null) =>
       Effect.suspend(() => {
-        entry.phase = "ended"
+        setPhase(entry, "ended")
         const ended = new RolloutEnded({
           rolloutId: entry.rolloutId,
           groupId: entry.groupId,
@@ -263,7 +282,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
     /** Ends a rollout whose current attempt never reached a launcher (waiting or in backoff). */
     const cancelWaiting = (entry: Entry, why: string) =>
       Effect.gen(function*() {
-        entry.phase = "ended" // synchronously: the scheduler skips it from now on
+        setPhase(entry, "ended") // synchronously: the scheduler skips it from now on
         const reason = `cancelled: ${why}`
         yield* logged("record cancel", ledger.finish(entry.attempt.attemptId, "cancelled", reason))
         const outcome = new AttemptCancelled({ reason: why, durationMs: 0, logs: null })
@@ -323,7 +342,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
         if (next === null) return yield* endRollout(entry, state as RolloutEnded["state"], reason, reward)
 
         entry.attempt = next.right
-        entry.phase = "waiting"
+        setPhase(entry, "waiting")
         entry.slot = null
         entry.startedAt = null
         entry.abort = null
@@ -392,7 +411,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
             // nothing started: the same attempt waits for another place (briefly, so that a
             // launcher filled by someone else is not asked again in a tight loop)
             slot.max = Math.min(slot.max, e.max)
-            entry.phase = "waiting"
+            setPhase(entry, "waiting")
             entry.slot = null
             entry.notBefore = Date.now() + 500
             if (entry.cancelReason !== null) return yield* cancelWaiting(entry, entry.cancelReason)
@@ -413,7 +432,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
     const place = (entry: Entry, slot: LauncherSlot) =>
       Effect.gen(function*() {
         const abort = yield* Deferred.make<void>()
-        entry.phase = "placed"
+        setPhase(entry, "placed")
         entry.slot = slot
         entry.abort = abort
         entry.startedAt = null
@@ -455,7 +474,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
       yield* refreshLaunchers
       admissionBlocked = false
       const now = Date.now()
-      for (const entry of [...entries.values()]) {
+      for (const entry of [...waiting].sort((x, y) => x.seq - y.seq)) {
         if (entry.phase !== "waiting" || entry.notBefore > now) continue
         const slot = freest()
         if (slot === null) return
@@ -471,8 +490,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
     })
 
     const hasWaiting = () => {
-      for (const e of entries.values()) if (e.phase === "waiting") return true
-      return false
+      return waiting.size > 0
     }
 
     yield* Effect.forever(Effect.zipRight(Queue.take(wakeQueue), pass)).pipe(
@@ -505,9 +523,11 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
           startedAt: null,
           cancelReason: null,
           abort: null,
-          ended
+          ended,
+          seq: entrySeq++
         }
         entries.set(entry.rolloutId, entry)
+        setPhase(entry, "waiting")
         return entry
       })
 
@@ -555,7 +575,7 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
 
     const cancelAll = (reason: string) =>
       Effect.map(
-        Effect.forEach([...entries.values()].filter((e) => e.phase !== "ended"), (e) => cancel(e.rolloutId, reason), { concurrency: "unbounded" }),
+        Effect.forEach([...live], (e) => cancel(e.rolloutId, reason), { concurrency: "unbounded" }),
         (done) => done.filter(Boolean).length
       )
 
@@ -576,18 +596,10 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
     const subscribe = Effect.map(PubSub.subscribe(pubsub), (queue) => Stream.fromQueue(queue))
 
     const status = Effect.sync(() => {
-      let waiting = 0
-      let running = 0
-      let ended = 0
-      for (const e of entries.values()) {
-        if (e.phase === "waiting") waiting++
-        else if (e.phase === "placed") running++
-        else ended++
-      }
       return new ControllerStatus({
-        waiting,
-        running,
-        ended,
+        waiting: waiting.size,
+        running: live.size - waiting.size,
+        ended: entries.size - live.size,
         admissionBlocked,
         launchers: [...launchers.values()].map((s) => new LauncherCapacity({ node: s.node, kind: s.kind, max: s.max, running: s.inflight }))
       })
@@ -612,7 +624,3 @@ export const make = (config: ControllerConfig): Effect.Effect<RolloutControllerS
       status
     } satisfies RolloutControllerService
   })
-
-/** The controller as a service for the lifetime of the layer. */
-export const layer = (config: ControllerConfig): Layer.Layer<RolloutController, never, AttemptLedger | ActorSystem> =>
-  Layer.scoped(RolloutController, make(config))

@@ -4,6 +4,5 @@
  */
 export * from "./launcherActor.js"
 export * from "./ledger.js"
-export * as RolloutControllerImpl from "./Controller.js"
-export { type AdmissionHook, type AdmissionRequest, type ControllerConfig, type GroupSubmission, RolloutController, type RolloutControllerService } from "./Controller.js"
+export * from "./Controller.js"
 export * from "./controllerActor.js"

@@ -45,7 +45,7 @@ interface Running {
   cancelled: string | null
 }
 
-/** The handlers over an existing `Launcher` (what `layer` builds; exposed for tests and embedding). */
+/** The handlers over an existing `Launcher` (what `launcherActorLayer` builds; exposed for tests and embedding). */
 export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorOptions = {}) =>
   Effect.gen(function*() {
     const self = yield* ActorContext
@@ -111,7 +111,7 @@ export const selectLauncher = (selection: LauncherSelection) =>
  * previous incarnation on this data directory left running (its attempts are reported lost by the
  * controller when their calls broke).
  */
-export const layer = (
+export const launcherActorLayer = (
   selection: LauncherSelection,
   options: LauncherActorOptions = {}
 ): Layer.Layer<never, unknown, ActorSystem> =>
@@ -137,7 +137,7 @@ export const layer = (
  * `REINS_ROLLOUT_CONCURRENCY` = attempts at once on this node (default 8). Attempt files go under
  * `<dataDir>/rollout`.
  */
-export const layerFromEnv = (
+export const launcherActorLayerFromEnv = (
   dataDir: string,
   env: Readonly<Record<string, string | undefined>> = process.env
 ): Layer.Layer<never, unknown, ActorSystem> => {
@@ -151,5 +151,5 @@ export const layerFromEnv = (
     return Layer.fail(new Error(`REINS_ROLLOUT_CONCURRENCY=${env.REINS_ROLLOUT_CONCURRENCY}: expected a positive integer`))
   }
   const namespaces = (env.REINS_ROLLOUT_NAMESPACES ?? "default").split(",").map((n) => n.trim()).filter((n) => n !== "")
-  return layer(kind === "local" ? { kind, dataDir: dir } : { kind, dataDir: dir, namespaces }, { maxConcurrent: concurrency })
+  return launcherActorLayer(kind === "local" ? { kind, dataDir: dir } : { kind, dataDir: dir, namespaces }, { maxConcurrent: concurrency })
 }
