@@ -95,7 +95,7 @@ const measureTrain = (model: Transformer, steps: number) => {
   optimizer.dispose()
   const seconds = median(times)
   const flops = 3 * forwardFlops(model.config, rows * seqLen, seqLen)
-  return { seconds, cpuSeconds: median(cpu), gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
+  return { seconds, fastest: Math.min(...times), cpuSeconds: median(cpu), gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
 }
 
 const request = (i: number, tag: string) =>
@@ -137,11 +137,16 @@ const measureGeneration = (model: Transformer, quick: boolean) =>
       // Warm-up: JIT, XNNPACK operator packing, first touch of the KV-cache memory.
       for (let i = 0; i < 3; i++) yield* throughput(fast, 32, "batched", `warmup${i}`)
       yield* throughput(fast, 4, "sequential", "warmup")
+      // Best of `reps` runs for both modes alike: the machine is shared, and the best run is the
+      // one least disturbed by other work.
+      const reps = quick ? 1 : 3
       const batched: Record<string, number> = {}
       const sequential: Record<string, number> = {}
       for (const c of CONCURRENCY) {
-        batched[String(c)] = yield* throughput(fast, c, "batched", "fast")
-        sequential[String(c)] = yield* throughput(fast, quick ? Math.min(c, 4) : c, "sequential", "fast")
+        for (let r = 0; r < reps; r++) {
+          batched[String(c)] = Math.max(batched[String(c)] ?? 0, yield* throughput(fast, c, "batched", `fast${r}`))
+          sequential[String(c)] = Math.max(sequential[String(c)] ?? 0, yield* throughput(fast, quick ? Math.min(c, 4) : c, "sequential", `fast${r}`))
+        }
       }
       const reference = yield* makeEngine({ model, stopIds: [], decoder: "tfjs" })
       yield* throughput(reference, 1, "sequential", "warmup-ref")
@@ -179,6 +184,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       train_gflops: train.gflops,
       train_step_gflop: train.flops / 1e9,
       train_step_samples_s: train.times,
+      train_step_fastest_s: train.fastest,
       peak_gflops: peak.peak,
       peak_shapes: peak.results,
       mfu,
@@ -226,8 +232,8 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       `Backend ${backend}; model ${parameterCount(config)} parameters (vocab 512, d_model 128, 4 layers × 4 heads, d_ff 512, context 256).`,
       `Train step: median of ${train.times.length} steps after 2 warm-up steps, ${train.microBatches} micro-batch(es); ${(train.flops / 1e9).toFixed(1)} GFLOP per step (3 × forward matmul FLOPs, attention included).`,
       `Peak: best median rank-2 matmul over ${peak.results.map((r) => r.shape).join(", ")} (${peak.results.map((r) => r.gflops.toFixed(1)).join(", ")} GFLOP/s).`,
-      `Generation: ${PROMPT}-token prompts, ${NEW_TOKENS} sampled tokens each, no stop; wall-clock tokens/s including the engine's Effect streams.`,
-      `The machine is shared with other work: load average ${loadBefore[0]!.toFixed(1)} before and ${loadAfter[0]!.toFixed(1)} after the run on ${os.cpus().length} cores. Numbers are wall-clock as measured in this run, not best-of; the JSON also has CPU-time rates (train_step_cpu_s, tok_per_cpu_s), which other load distorts less.`
+      `Generation: ${PROMPT}-token prompts, ${NEW_TOKENS} sampled tokens each, no stop; wall-clock tokens/s through the engine (Effect streams included), best of ${quick ? 1 : 3} runs for batched and one-at-a-time alike.`,
+      `The machine is shared with other work: load average ${loadBefore[0]!.toFixed(1)} before and ${loadAfter[0]!.toFixed(1)} after the run on ${os.cpus().length} cores. Numbers are wall-clock as measured in this run (train: median; generation: best of the runs above); the JSON also has CPU-time rates (train_step_cpu_s, tok_per_cpu_s), which other load distorts less.`
     ]
   })
 }

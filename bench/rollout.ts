@@ -22,6 +22,9 @@
 import { HarnessSpec, KubernetesHarnessSpec, Task } from "@reins/protocol"
 import { type AttemptSpec, type Launcher, makeKubernetesLauncher, makeLocalLauncher } from "@reins/rollout"
 import { Effect } from "effect"
+import { Context, Layer } from "effect"
+import { ActorSystem } from "@reins/runtime"
+import { AttemptLedger, launcherActorLayer, RolloutController } from "../packages/rollout/src/controller/index.js"
 import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import os from "node:os"
@@ -166,6 +169,23 @@ export default async (args: ReadonlyArray<string>) => {
       Effect.scoped(
         Effect.gen(function*() {
           const local = makeLocalLauncher({ dataDir })
+          // The Rollout Controller over a local launcher actor (in-process actor system, in-memory
+          // ledger): admission, placement, ledger writes and the attempt-finished event on top of `local`.
+          const controllerContext = yield* Layer.build(
+            RolloutController.layer({ harness: localHarness, endpoints: { openaiBaseUrl: "http://127.0.0.1:9/v1" } }).pipe(
+              Layer.provideMerge(
+                Layer.merge(launcherActorLayer({ kind: "local", dataDir: path.join(dataDir, "controller") }, { maxConcurrent: 64 }), AttemptLedger.memory())
+              ),
+              Layer.provideMerge(ActorSystem.layerLocal())
+            )
+          )
+          const controller = Context.get(controllerContext, RolloutController)
+          const viaController = () =>
+            controller.submit({ task: new Task({ id: `trivial-${++seq}`, input: null }), size: 1 }).pipe(
+              Effect.flatMap((g) => controller.awaitGroup(g.groupId)),
+              Effect.map((ended) => ended.every((e) => e.state === "succeeded")),
+              Effect.catchAll(() => Effect.succeed(false))
+            )
           const k8s = yield* makeKubernetesLauncher({
             dataDir,
             kubeConfig: { _tag: "Server", server: double.url, skipTLSVerify: true, token: "bench" },
@@ -174,7 +194,8 @@ export default async (args: ReadonlyArray<string>) => {
           const rows = {
             bare_spawn: () => bareSpawn,
             local: () => viaLauncher(local, localHarness),
-            k8s: () => viaLauncher(k8s, k8sHarness)
+            k8s: () => viaLauncher(k8s, k8sHarness),
+            controller: () => viaController()
           } as const
           // The rows take turns, in rounds, so that all of them see the same machine load (other
           // work on a shared machine comes and goes; one row measured after another would not).
@@ -208,6 +229,7 @@ export default async (args: ReadonlyArray<string>) => {
     )
 
     const bare = results.bare_spawn!, local = results.local!, k8s = results.k8s!
+    const ctl = results.controller!
     const cores = os.cpus().length
     const row = (m: { throughput: Measured; latency: Measured }, added: number) => ({
       attempts_per_s: m.throughput.attempts_per_s,
@@ -229,6 +251,10 @@ export default async (args: ReadonlyArray<string>) => {
       },
       k8s: { ...row(k8s, k8s.latency.p50_ms), against: "API-server double (separate process, Jobs complete in 0 ms)" },
       bare_spawn: row(bare, 0),
+      controller: {
+        ...row(ctl, ctl.latency.p50_ms - local.latency.p50_ms),
+        over: "local launcher actor, in-process actor system, in-memory ledger; added latency = p50(controller) - p50(local launcher)"
+      },
       config: { attempts, concurrency, latency_runs: latencyRuns, harness: "node -e ''", load_average_1m_at_end: os.loadavg()[0] },
       goal: {
         local_attempts_per_s: 20,
@@ -244,7 +270,8 @@ export default async (args: ReadonlyArray<string>) => {
         rows: [
           ["bare spawn", bare.throughput.attempts_per_s, bare.throughput.cpu_ms, bare.throughput.parent_cpu_ms, json.bare_spawn.cpu_bound_attempts_per_s, bare.latency.p50_ms, 0, bare.latency.p99_ms, json.bare_spawn.failures],
           ["local launcher", local.throughput.attempts_per_s, local.throughput.cpu_ms, local.throughput.parent_cpu_ms, json.local.cpu_bound_attempts_per_s, local.latency.p50_ms, json.local.added_latency_ms, local.latency.p99_ms, json.local.failures],
-          ["k8s launcher (double)", k8s.throughput.attempts_per_s, k8s.throughput.cpu_ms, k8s.throughput.parent_cpu_ms, json.k8s.cpu_bound_attempts_per_s, k8s.latency.p50_ms, json.k8s.added_latency_ms, k8s.latency.p99_ms, json.k8s.failures]
+          ["k8s launcher (double)", k8s.throughput.attempts_per_s, k8s.throughput.cpu_ms, k8s.throughput.parent_cpu_ms, json.k8s.cpu_bound_attempts_per_s, k8s.latency.p50_ms, json.k8s.added_latency_ms, k8s.latency.p99_ms, json.k8s.failures],
+          ["controller (local)", ctl.throughput.attempts_per_s, ctl.throughput.cpu_ms, ctl.throughput.parent_cpu_ms, json.controller.cpu_bound_attempts_per_s, ctl.latency.p50_ms, json.controller.added_latency_ms, ctl.latency.p99_ms, json.controller.failures]
         ]
       },
       chart: {
@@ -253,7 +280,8 @@ export default async (args: ReadonlyArray<string>) => {
         groups: [
           { label: "bare spawn", bars: [{ series: "wall clock", value: bare.throughput.attempts_per_s }, { series: "CPU-bound", value: json.bare_spawn.cpu_bound_attempts_per_s }] },
           { label: "local", bars: [{ series: "wall clock", value: local.throughput.attempts_per_s }, { series: "CPU-bound", value: json.local.cpu_bound_attempts_per_s }] },
-          { label: "k8s (double)", bars: [{ series: "wall clock", value: k8s.throughput.attempts_per_s }, { series: "CPU-bound", value: json.k8s.cpu_bound_attempts_per_s }] }
+          { label: "k8s (double)", bars: [{ series: "wall clock", value: k8s.throughput.attempts_per_s }, { series: "CPU-bound", value: json.k8s.cpu_bound_attempts_per_s }] },
+          { label: "controller", bars: [{ series: "wall clock", value: ctl.throughput.attempts_per_s }, { series: "CPU-bound", value: json.controller.cpu_bound_attempts_per_s }] }
         ]
       },
       notes: [
@@ -262,7 +290,7 @@ export default async (args: ReadonlyArray<string>) => {
         `goal ≥ 20 local attempts/s: wall clock ${json.goal.met_wall_clock ? "met" : "NOT met"}, CPU-bound (${cores} idle cores) ${json.goal.met_cpu_bound ? "met" : "NOT met"}; 1-minute load average at the end: ${os.loadavg()[0]!.toFixed(1)}.`,
         "CPU ms/attempt counts this process and the children it reaped (+ the double's process for k8s); CPU-bound attempts/s = cores × 1000 / CPU ms per attempt.",
         "added latency: local = p50(local) − p50(bare spawn); k8s = the whole p50 (the double runs Jobs in 0 ms, no process is started).",
-        "The controller's own overhead is not included yet (it is built on these launchers)."
+        "controller: one group of 1 submitted and awaited through the RolloutController over the local launcher actor (in-process actor system, in-memory ledger); its added latency is over the bare local launcher's p50."
       ]
     })
   } finally {

@@ -45,6 +45,7 @@ describe.each([
     const other = Int32Array.from({ length: 9 }, (_, i) => (i * 5 + 1) % VOCAB)
     const fullA = referenceLogits(model, ids)
     const fullB = referenceLogits(model, other)
+    const tensorsBefore = tf.memory().numTensors
     const weights = DecodeWeights.fromModel(model, { gemm })
     const fast = new FastDecoder(weights)
     const a = fast.newCache()
@@ -63,6 +64,7 @@ describe.each([
     expect(a.length).toBe(12)
     expect(b.length).toBe(9)
     weights.dispose()
+    expect(tf.memory().numTensors).toBe(tensorsBefore) // the snapshot leaves nothing behind
     model.dispose()
   })
 })

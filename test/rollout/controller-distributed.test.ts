@@ -17,7 +17,7 @@ import net from "node:net"
 import os from "node:os"
 import path from "node:path"
 import { afterAll } from "vitest"
-import { RolloutController } from "../../packages/rollout/src/controller/index.js"
+import { RolloutController } from "@reins/rollout/controller"
 import { killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
 import { answerTask, baseConfig, harnessSpec, ledgerLayer } from "./controllerHelpers.js"
 import { killQuietly, waitFor } from "./helpers.js"
@@ -81,7 +81,7 @@ describe("rollout controller over a cluster", () => {
 
         // both launchers known (membership gossip brings them)
         const launchersUp = Effect.gen(function*() {
-          for (let i = 0; i < 150; i++) {
+          for (let i = 0; i < 300; i++) {
             const s = yield* controller.status
             if (s.launchers.length === 2) return s
             yield* Effect.sleep("100 millis")

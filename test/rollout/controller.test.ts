@@ -23,7 +23,7 @@ import {
   LauncherActor,
   launcherActorLayer as launcherLayer,
   RolloutController
-} from "../../packages/rollout/src/controller/index.js"
+} from "@reins/rollout/controller"
 import { answerTask, baseConfig, controllerFixture, harnessSpec, localLayers } from "./controllerHelpers.js"
 import { tempDir, waitFor } from "./helpers.js"
 
@@ -200,9 +200,14 @@ describe("rollout controller (local launcher, real store)", () => {
       const ended = yield* controller.awaitGroup(group.groupId)
       expect(ended.map((e) => [e.state, e.reward])).toEqual([["succeeded", 1], ["succeeded", 1]])
       expect([...ledger.attempts.values()].map((a) => [a.state, a.reason, a.reward])).toEqual([["succeeded", "exit code 0", 1], ["succeeded", "exit code 0", 1]])
+      // only the last ended rollout is remembered (retainEnded: 1); the ledger keeps both
+      const ids = group.rolloutIds
+      const remembered = yield* Effect.either(controller.awaitRollout(ids[0]!)).pipe(Effect.zip(Effect.either(controller.awaitRollout(ids[1]!))))
+      expect(remembered.filter((r) => r._tag === "Right")).toHaveLength(1)
+      expect(remembered.find((r) => r._tag === "Left")).toMatchObject({ left: { _tag: "ControllerError" } })
     }).pipe(
       Effect.provide(
-        RolloutController.layer(baseConfig()).pipe(
+        RolloutController.layer(baseConfig({ retainEnded: 1 })).pipe(
           Layer.provideMerge(Layer.merge(launcherLayer({ kind: "local", dataDir: dir }), Layer.succeed(AttemptLedger, ledger))),
           Layer.provideMerge(ActorSystem.layerLocal())
         )

@@ -15,7 +15,7 @@ import {
   LedgerError,
   launcherActorLayer as launcherLayer,
   RolloutController,
-} from "../../packages/rollout/src/controller/index.js"
+} from "@reins/rollout/controller"
 
 export const controllerFixture = (name: string) => fileURLToPath(new URL(`./controller-fixtures/${name}`, import.meta.url))
 

@@ -29,8 +29,11 @@ export interface Sampled {
   readonly topLogprobs: Float32Array | undefined
 }
 
-/** log softmax(z / τ) of one row into `out` (double precision accumulation). */
-export const logSoftmax = (logits: Float32Array, temperature: number, out: Float64Array): Float64Array => {
+/**
+ * log softmax(z / τ) of one row into `out` (double precision), and the probabilities into
+ * `probs` when given (the same exponentials, computed once).
+ */
+export const logSoftmax = (logits: Float32Array, temperature: number, out: Float64Array, probs?: Float64Array): Float64Array => {
   const inv = 1 / (temperature > 0 ? temperature : 1)
   let max = -Infinity
   for (let i = 0; i < logits.length; i++) {
@@ -39,9 +42,14 @@ export const logSoftmax = (logits: Float32Array, temperature: number, out: Float
     if (v > max) max = v
   }
   let sum = 0
-  for (let i = 0; i < logits.length; i++) sum += Math.exp(out[i]! - max)
+  for (let i = 0; i < logits.length; i++) {
+    const e = Math.exp(out[i]! - max)
+    if (probs !== undefined) probs[i] = e
+    sum += e
+  }
   const lse = max + Math.log(sum)
   for (let i = 0; i < logits.length; i++) out[i] = out[i]! - lse
+  if (probs !== undefined) for (let i = 0; i < logits.length; i++) probs[i] = probs[i]! / sum
   return out
 }
 
@@ -54,10 +62,14 @@ const topIndices = (values: Float64Array, k: number): Int32Array => {
 
 export class Sampler {
   private logp = new Float64Array(0)
+  private probs = new Float64Array(0)
 
   sample(logits: Float32Array, s: SamplerSettings, rng: Rng): Sampled {
-    if (this.logp.length !== logits.length) this.logp = new Float64Array(logits.length)
-    const logp = logSoftmax(logits, s.temperature, this.logp)
+    if (this.logp.length !== logits.length) {
+      this.logp = new Float64Array(logits.length)
+      this.probs = new Float64Array(logits.length)
+    }
+    const logp = logSoftmax(logits, s.temperature, this.logp, this.probs)
     const id = s.temperature === 0 ? argmax(logp) : this.draw(logp, s, rng)
     let topIds: Int32Array | undefined
     let topLogprobs: Float32Array | undefined
@@ -70,25 +82,26 @@ export class Sampler {
 
   private draw(logp: Float64Array, s: SamplerSettings, rng: Rng): number {
     const V = logp.length
+    const probs = this.probs
     const truncate = (s.topK > 0 && s.topK < V) || s.topP < 1
     if (!truncate) {
       // Inverse-CDF in id order: exact, no sort needed.
       let u = rng.uniform()
       for (let i = 0; i < V; i++) {
-        u -= Math.exp(logp[i]!)
+        u -= probs[i]!
         if (u < 0) return i
       }
       return argmax(logp) // rounding left a sliver of mass: take the mode
     }
     const candidates = topIndices(logp, s.topK > 0 ? s.topK : V)
     let mass = 0
-    for (let i = 0; i < candidates.length; i++) mass += Math.exp(logp[candidates[i]!]!)
+    for (let i = 0; i < candidates.length; i++) mass += probs[candidates[i]!]!
     // Nucleus over the renormalised candidates: keep the shortest prefix reaching top_p.
     let kept = candidates.length
     if (s.topP < 1) {
       let cum = 0
       for (let i = 0; i < candidates.length; i++) {
-        cum += Math.exp(logp[candidates[i]!]!) / mass
+        cum += probs[candidates[i]!]! / mass
         if (cum >= s.topP) {
           kept = i + 1
           break
@@ -96,10 +109,10 @@ export class Sampler {
       }
     }
     let keptMass = 0
-    for (let i = 0; i < kept; i++) keptMass += Math.exp(logp[candidates[i]!]!)
+    for (let i = 0; i < kept; i++) keptMass += probs[candidates[i]!]!
     let u = rng.uniform() * keptMass
     for (let i = 0; i < kept; i++) {
-      u -= Math.exp(logp[candidates[i]!]!)
+      u -= probs[candidates[i]!]!
       if (u < 0) return candidates[i]!
     }
     return candidates[0]!

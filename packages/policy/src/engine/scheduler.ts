@@ -72,10 +72,11 @@ interface Sequence<C> {
   /** Tokens the sequence may still produce: min(max_tokens, context − prompt). */
   readonly budget: number
   /**
-   * Sampled ids, their logprobs and versions. A chunk gets its own copy of its range (chunks
-   * cross threads and the wire, where a view would drag the whole buffer along).
+   * The first `count` entries: sampled ids, their logprobs and versions (and alternatives). A
+   * chunk gets its own copy of its range (chunks cross threads and the wire, where a view would
+   * drag the whole buffer along).
    */
-  readonly output: Array<number>
+  count: number
   readonly outIds: Int32Array
   readonly outLogprobs: Float32Array
   readonly outVersions: Int32Array
@@ -85,7 +86,6 @@ interface Sequence<C> {
   /** Tokens before this index have been emitted; when the last chunk went out. */
   emitted: number
   lastEmit: number
-  readonly versions: Array<number>
   cache: C | undefined
   cacheVersion: number
   /** Tokens to run through the model before the next sample. */
@@ -178,7 +178,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       rng: new Rng(params.seed ?? randomSeed()),
       stops,
       budget: Math.min(params.maxTokens, c.contextLength - promptIds.length),
-      output: [],
+      count: 0,
       outIds: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
       outLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
       outVersions: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
@@ -186,7 +186,6 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       outTopLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length) * params.topLogprobs),
       emitted: 0,
       lastEmit: 0,
-      versions: [],
       cache: undefined,
       cacheVersion: -1,
       pending: promptIds
@@ -215,8 +214,8 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     return this.held.map((s) => ({
       requestId: s.id,
       promptIds: s.prompt,
-      outputIds: Int32Array.from(s.output),
-      versions: Int32Array.from(s.versions)
+      outputIds: s.outIds.slice(0, s.count),
+      versions: s.outVersions.slice(0, s.count)
     }))
   }
 
@@ -294,9 +293,9 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     if (seq.cache !== undefined) this.decoder.releaseCache(seq.cache)
     seq.cache = this.decoder.newCache(seq.prompt.length + seq.budget)
     seq.cacheVersion = this.decoder.version
-    const all = new Int32Array(seq.prompt.length + seq.output.length)
+    const all = new Int32Array(seq.prompt.length + seq.count)
     all.set(seq.prompt)
-    all.set(seq.output, seq.prompt.length)
+    all.set(seq.outIds.subarray(0, seq.count), seq.prompt.length)
     seq.pending = all
   }
 
@@ -305,39 +304,25 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     const p = seq.params
     const s = this.sampler.sample(logits, { temperature: p.temperature, topP: p.topP, topK: p.topK, topLogprobs: p.topLogprobs }, seq.rng)
     const version = this.decoder.version
-    const n = seq.output.length
-    seq.output.push(s.id)
-    seq.versions.push(version)
+    const n = seq.count++
     seq.outIds[n] = s.id
     seq.outLogprobs[n] = s.logprob
     seq.outVersions[n] = version
-    this.generatedTokens++
-    const stop = seq.stops.push(s.id)
-    const finish: FinishReason | undefined = stop !== undefined ? "stop" : seq.output.length >= seq.budget ? "length" : undefined
     const k = p.topLogprobs
     if (k > 0) {
       seq.outTopIds.set(s.topIds!, n * k)
       seq.outTopLogprobs.set(s.topLogprobs!, n * k)
     }
+    this.generatedTokens++
+    const stop = seq.stops.push(s.id)
+    const finish: FinishReason | undefined = stop !== undefined ? "stop" : seq.count >= seq.budget ? "length" : undefined
     const now = this.coalesceMs > 0 ? performance.now() : 0
     if (finish !== undefined || this.coalesceMs === 0 || now - seq.lastEmit >= this.coalesceMs) {
-      const from = seq.emitted
-      const to = n + 1
-      seq.emitted = to
       seq.lastEmit = now
-      seq.sink.chunk(
-        new GenerateChunk(
-          {
-            outputIds: seq.outIds.slice(from, to),
-            logprobs: seq.outLogprobs.slice(from, to),
-            versions: seq.outVersions.slice(from, to),
-            ...(k > 0 ? { topIds: seq.outTopIds.slice(from * k, to * k), topLogprobs: seq.outTopLogprobs.slice(from * k, to * k) } : {}),
-            ...(finish !== undefined ? { finishReason: finish } : {}),
-            ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
-          },
-          true // built from values checked here; skip per-token schema validation
-        )
-      )
+      this.flush(seq, {
+        ...(finish !== undefined ? { finishReason: finish } : {}),
+        ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
+      })
     }
     if (finish !== undefined) {
       this.running = this.running.filter((r) => r !== seq)
@@ -347,11 +332,11 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     }
   }
 
-  /** Emits the tokens a sequence has not emitted yet (coalescing), without a finish reason. */
-  private flush(seq: Sequence<C>): void {
+  /** Emits the tokens a sequence has not emitted yet, as one chunk. */
+  private flush(seq: Sequence<C>, end: { readonly finishReason?: FinishReason; readonly matchedStop?: string } = {}): void {
     const from = seq.emitted
-    const to = seq.output.length
-    if (to === from) return
+    const to = seq.count
+    if (to === from && end.finishReason === undefined) return
     const k = seq.params.topLogprobs
     seq.emitted = to
     seq.sink.chunk(
@@ -361,8 +346,9 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
           logprobs: seq.outLogprobs.slice(from, to),
           versions: seq.outVersions.slice(from, to),
           ...(k > 0 ? { topIds: seq.outTopIds.slice(from * k, to * k), topLogprobs: seq.outTopLogprobs.slice(from * k, to * k) } : {}),
+          ...end
         },
-        true
+        true // built from values checked here; skip per-token schema validation
       )
     )
   }

@@ -1,13 +1,16 @@
 /**
  * The decode path the generation engine runs: the transformer's forward pass over plain
  * Float32Arrays, with a KV cache per sequence. For a small model tfjs's per-op overhead (tens of
- * ops per layer, each ~10 µs plus allocation) costs more than the arithmetic, so here norms,
- * rotary embedding, attention over the cache, activations and residuals are JavaScript loops
- * over reused buffers, and only the dense products go through one `Gemm` call each:
+ * ops per layer, each ~10 µs plus allocation) costs more than the arithmetic, so this path makes
+ * as few tfjs calls as it can:
  *
- *   "tfjs"  a rank-2 tfjs matmul against weight tensors kept on the device (on wasm: XNNPACK
- *           SIMD, with its packed weights cached per tensor; ~15x faster than a JS loop)
- *   "js"    a JavaScript dot-product loop over transposed weights (used on the cpu backend)
+ *   dense products   one rank-2 tfjs matmul per layer piece against weight tensors kept on the
+ *                    device (on wasm: XNNPACK SIMD, its packed weights cached per tensor; ~15x a
+ *                    JS loop), or a JS dot-product loop over transposed weights (`gemm: "js"`,
+ *                    used on the cpu backend)
+ *   MLP, ≥ 4 rows    W1 → GELU/SwiGLU → W2 as one short chain of tfjs ops (vectorized sigmoid)
+ *   attention        the SIMD wasm kernels of attentionKernel.ts, over caches in their memory
+ *   everything else  norms, rotary embedding, softmax, residuals: JS loops over reused buffers
  *
  * The weights are a snapshot (`DecodeWeights.fromModel`) taken after each update, so training
  * can change the variables while the engine keeps decoding with the version it announced.
@@ -19,7 +22,7 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
-import { isWasm, Scratch, upload, view } from "./heap.js"
+import { Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable } from "./ops.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
@@ -90,7 +93,10 @@ export class DecodeWeights {
     const matrix = (t: tf.Tensor2D): Matrix => {
       const [rows, cols] = t.shape
       if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) }
-      return { rows, cols, transposed: new Float32Array(tf.tidy(() => tf.transpose(t)).dataSync() as Float32Array) }
+      const tt = tf.transpose(t)
+      const transposed = new Float32Array(tt.dataSync() as Float32Array)
+      tt.dispose()
+      return { rows, cols, transposed }
     }
     const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
       const n = (s: string) => `layers.${l}.${s}`
@@ -441,6 +447,3 @@ const rotate = (a: Float32Array | Float64Array, offset: number, pos: number, hea
     }
   }
 }
-
-/** True when the fast decoder's tfjs gemm runs on XNNPACK (the wasm backend). */
-export const usesXnnpack = (): boolean => isWasm()

@@ -6,8 +6,8 @@
 import { Command, Options } from "@effect/cli"
 import { ActorSystem, Node, NodeStartError, Probe } from "@reins/runtime"
 import { Console, Effect, Layer, Option } from "effect"
-// TODO(lead): import from "@reins/rollout" once packages/rollout/src/index.ts re-exports ./controller/index.js
-import * as RolloutLauncher from "../../../rollout/src/controller/launcherActor.js"
+// The controller subpath keeps the Kubernetes client out of every node's start-up.
+import { launcherActorLayerFromEnv } from "@reins/rollout/controller"
 
 export interface Role {
   readonly description: string
@@ -25,7 +25,7 @@ export const roleActors: Record<string, Role> = {
   rollout: {
     description:
       "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, REINS_ROLLOUT_CONCURRENCY=N, default 8)",
-    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => RolloutLauncher.launcherActorLayerFromEnv(node.dataDir)))
+    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => launcherActorLayerFromEnv(node.dataDir)))
   }
 }
 

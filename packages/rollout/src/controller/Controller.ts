@@ -54,8 +54,13 @@ export interface ControllerConfig {
   readonly retryBackoff?: { readonly initial: Duration.DurationInput; readonly max: Duration.DurationInput }
   /** Reward of a harness that failed (non-zero exit, timeout): `zero` (default), `drop`, or `verifier`. */
   readonly onFailed?: FailedRewardPolicy
-  /** How often launchers are rediscovered while rollouts wait (default 1 s); membership events wake it sooner. */
+  /** A scheduling pass runs at least this often (default 1 s): launchers are rediscovered; membership events and attempt ends wake it sooner. */
   readonly rescanInterval?: Duration.DurationInput
+  /**
+   * Ended rollouts remembered for `awaitRollout` / `awaitGroup` (default 100,000); older ones are
+   * forgotten, oldest first (the ledger keeps everything).
+   */
+  readonly retainEnded?: number
 }
 
 /** What the admission hook is asked before an attempt starts. */
@@ -71,7 +76,9 @@ export interface AdmissionRequest {
 /**
  * Says whether an attempt may start now. `false` keeps it waiting (in order, never dropped); it is
  * asked again when something changes: an attempt ends, a group is submitted, capacity appears,
- * the hook is replaced, or `reconsider` is called. A hook that fails counts as `false`.
+ * the hook is replaced, or `reconsider` is called (and at least every `rescanInterval`). Rollouts
+ * are asked oldest first; the first refusal ends the pass, so a refused rollout is never
+ * overtaken. A hook that fails counts as `false`.
  */
 export type AdmissionHook = (request: AdmissionRequest) => Effect.Effect<boolean>
 
@@ -158,6 +165,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     const backoffInitial = Duration.toMillis(config.retryBackoff?.initial ?? "1 second")
     const backoffMax = Duration.toMillis(config.retryBackoff?.max ?? "30 seconds")
     const onFailed = config.onFailed ?? "zero"
+    const retainEnded = Math.max(0, Math.floor(config.retainEnded ?? 100_000))
 
     const entries = new Map<string, Entry>()
     const groups = new Map<string, ReadonlyArray<string>>()
@@ -169,12 +177,26 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     /** The entries in phase "waiting" (scheduling passes look at these only) and those not ended. */
     const waiting = new Set<Entry>()
     const live = new Set<Entry>()
+    /** Ended entries, oldest first, forgotten beyond `retainEnded`. */
+    const endedOrder: Array<Entry> = []
+    const forgetOld = () => {
+      while (endedOrder.length > retainEnded) {
+        const old = endedOrder.shift()!
+        entries.delete(old.rolloutId)
+        const ids = groups.get(old.groupId)
+        if (ids !== undefined && ids.every((id) => !entries.has(id))) groups.delete(old.groupId)
+      }
+    }
     const setPhase = (entry: Entry, phase: Entry["phase"]) => {
+      if (entry.phase === "ended") return // terminal
       entry.phase = phase
       if (phase === "waiting") waiting.add(entry)
       else waiting.delete(entry)
-      if (phase === "ended") live.delete(entry)
-      else live.add(entry)
+      if (phase === "ended") {
+        live.delete(entry)
+        endedOrder.push(entry)
+        forgetOld()
+      } else live.add(entry)
     }
 
     const pubsub = yield* PubSub.unbounded<AttemptFinishedT>()
@@ -290,6 +312,18 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           finishedEvent(entry, { outcome, verifier: null, state: "cancelled", reason, reward: null, rewardSource: null, dropped: false, final: true })
         )
         yield* endRollout(entry, "cancelled", reason, null)
+      }).pipe(Effect.uninterruptible)
+
+    /** Ends a rollout whose attempt's handling crashed in the controller (not retried: it would crash again). */
+    const failCrashed = (entry: Entry, message: string) =>
+      Effect.gen(function*() {
+        const reason = `controller error: ${message}`
+        yield* logged("record attempt end", ledger.finish(entry.attempt.attemptId, "failed", reason))
+        const outcome = new AttemptInfraFailed({ reason: "lost", retryable: false, message: reason, durationMs: 0, logs: null })
+        yield* publish(
+          finishedEvent(entry, { outcome, verifier: null, state: "failed", reason, reward: null, rewardSource: null, dropped: false, final: true })
+        )
+        yield* endRollout(entry, "failed", reason, null)
       }).pipe(Effect.uninterruptible)
 
     const backoffMs = (retry: number) => Math.min(backoffMax, backoffInitial * 2 ** Math.max(0, retry - 1))
@@ -439,7 +473,13 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         slot.inflight++
         yield* runPlaced(entry, slot, abort).pipe(
           Effect.catchAllCause((cause) =>
-            Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`controller: attempt ${entry.attempt.attemptId} crashed`, cause)
+            Cause.isInterruptedOnly(cause)
+              ? Effect.void
+              : Effect.zipRight(
+                Effect.logError(`controller: attempt ${entry.attempt.attemptId} crashed`, cause),
+                // a bug must not leave the rollout without a terminal state
+                entry.phase === "placed" ? failCrashed(entry, Cause.pretty(cause).split("\n")[0] ?? "defect") : Effect.void
+              )
           ),
           Effect.ensuring(Effect.zipRight(Effect.sync(() => void slot.inflight--), wake)),
           Effect.forkIn(scope)
@@ -489,18 +529,13 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       }
     })
 
-    const hasWaiting = () => {
-      return waiting.size > 0
-    }
-
     yield* Effect.forever(Effect.zipRight(Queue.take(wakeQueue), pass)).pipe(
       Effect.catchAllCause((cause) => Effect.logError("controller: scheduler crashed", cause)),
       Effect.forkIn(scope)
     )
-    yield* Effect.forkIn(
-      Effect.repeat(Effect.suspend(() => (hasWaiting() ? wake : Effect.void)), Schedule.spaced(config.rescanInterval ?? "1 second")),
-      scope
-    )
+    // a periodic pass also (re)discovers launchers whose first capacity query failed (a
+    // connection still opening), so they are known before anything waits for them
+    yield* Effect.forkIn(Effect.repeat(wake, Schedule.spaced(config.rescanInterval ?? "1 second")), scope)
     yield* Effect.forkIn(
       Stream.runForEach(system.events, (event) => (event._tag === "MemberDown" ? onMemberDown(event.member.id) : wake)),
       scope
@@ -582,14 +617,16 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     const awaitRollout = (rolloutId: string) =>
       Effect.suspend(() => {
         const entry = entries.get(rolloutId)
-        return entry === undefined ? Effect.fail(new ControllerError({ message: `unknown rollout ${rolloutId}` })) : Deferred.await(entry.ended)
+        return entry === undefined
+          ? Effect.fail(new ControllerError({ message: `unknown rollout ${rolloutId} (or ended long ago and forgotten)` }))
+          : Deferred.await(entry.ended)
       })
 
     const awaitGroup = (groupId: string) =>
       Effect.suspend(() => {
         const ids = groups.get(groupId)
         return ids === undefined
-          ? Effect.fail(new ControllerError({ message: `unknown group ${groupId}` }))
+          ? Effect.fail(new ControllerError({ message: `unknown group ${groupId} (or ended long ago and forgotten)` }))
           : Effect.forEach(ids, awaitRollout, { concurrency: "unbounded" })
       })
 
