@@ -1,9 +1,9 @@
 /**
  * The policy's text helpers the Gateway needs at run time (incremental detokenization and
- * tool-call parsing). Loaded on demand, when a policy backend starts: `@reins/policy` also
- * carries the model and TensorFlow.js, which a Gateway that proxies to an upstream never needs.
+ * tool-call parsing). Loaded on demand, when a policy backend starts, and from
+ * `@reins/policy/text`, which carries neither the model nor TensorFlow.js.
  */
-import type { ParsedAssistantText, Tokenizer } from "@reins/policy"
+import type { ParsedAssistantText, Tokenizer } from "@reins/policy/text"
 import { Effect } from "effect"
 
 export interface TextCodec {
@@ -13,7 +13,7 @@ export interface TextCodec {
   readonly toolCallOpen: string
 }
 
-export const loadTextCodec: Effect.Effect<TextCodec> = Effect.promise(() => import("@reins/policy")).pipe(
+export const loadTextCodec: Effect.Effect<TextCodec> = Effect.promise(() => import("@reins/policy/text")).pipe(
   Effect.map((policy) => ({
     streamDecoder: (tokenizer) => new policy.StreamDecoder(tokenizer),
     parseToolCalls: (text) => policy.parseToolCalls(text),

@@ -5,7 +5,7 @@
  * sequence at the end, or whitespace that parsing would trim) is held back until it is decided.
  * Special tokens (EOS, turn markers) are not text; `<tool_call>` tags are.
  */
-import type { Tokenizer, ToolCallParseError } from "@reins/policy"
+import type { Tokenizer, ToolCallParseError } from "@reins/policy/text"
 import type { ReplyCall } from "../prompt/keys.js"
 import type { TextCodec } from "./codec.js"
 

@@ -3,7 +3,7 @@
  * with the token ids as extra fields: `prompt_token_ids` at the top level and `token_ids` on
  * each choice (as vLLM's `return_token_ids` does).
  */
-import type { Tokenizer } from "@reins/policy"
+import type { Tokenizer } from "@reins/policy/text"
 import { randomBytes } from "node:crypto"
 import type { ReplyCall } from "../prompt/keys.js"
 

@@ -4,7 +4,7 @@
  * new messages are tokenized. When no earlier call can be reused, the reason is classified
  * (`history-edited`, `template`, `retokenized`, `truncated`) and the prompt is tokenized whole.
  */
-import type { ChatTemplate, Tokenizer } from "@reins/policy"
+import type { ChatTemplate, Tokenizer } from "@reins/policy/text"
 import type { BreakReason, ChatMessage, ChatTool } from "@reins/protocol"
 import { matchesReply, messageKeys, type Reply, replyKey, toolsKey } from "./keys.js"
 

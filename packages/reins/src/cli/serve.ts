@@ -6,8 +6,7 @@
  */
 import { Command, Options } from "@effect/cli"
 import { HttpServer } from "@effect/platform"
-import { EngineGenerator, Gateway, Generator } from "@reins/gateway"
-import { deviceEngine, deviceWorkerLayer, loadChatTemplate, loadTokenizer } from "@reins/policy"
+import type * as GatewayModule from "@reins/gateway"
 import { ActorSystem } from "@reins/runtime"
 import { Console, Duration, Effect, Layer, Option } from "effect"
 import path from "node:path"
@@ -56,6 +55,8 @@ const alias = Options.text("model-alias").pipe(
  */
 const servedPolicy = (dir: string | undefined, data: string) =>
   Effect.gen(function* () {
+    const { EngineGenerator, Gateway, Generator } = yield* loadGateway
+    const { deviceEngine, deviceWorkerLayer, loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy"))
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
     const layer = Layer.unwrapScoped(
       Effect.gen(function* () {
@@ -72,7 +73,7 @@ const servedPolicy = (dir: string | undefined, data: string) =>
         return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
       })
     ).pipe(Layer.provide(ActorSystem.layerLocal()))
-    return { description: `policy ${modelDir} in a device worker thread`, layer: layer as Layer.Layer<Gateway.GatewayBackend, unknown> }
+    return { description: `policy ${modelDir} in a device worker thread`, layer: layer as Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown> }
   })
 
 export interface ServeArgs {
@@ -87,7 +88,10 @@ export interface ServeArgs {
   readonly alias: ReadonlyArray<string>
 }
 
-const backendOf = (args: ServeArgs) =>
+/** Loaded on use: the other commands need neither the Gateway nor TensorFlow.js at start-up. */
+const loadGateway = Effect.promise(() => import("@reins/gateway"))
+
+const backendOf = (args: ServeArgs, Gateway: typeof GatewayModule.Gateway) =>
   Option.match(args.upstream, {
     onSome: (url) =>
       Effect.succeed({
@@ -96,7 +100,7 @@ const backendOf = (args: ServeArgs) =>
           url,
           apiKey: Option.getOrUndefined(args.upstreamKey) ?? process.env.REINS_UPSTREAM_API_KEY,
           tokenIds: args.upstreamTokenIds
-        }) as Layer.Layer<Gateway.GatewayBackend, unknown>
+        }) as Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown>
       }),
     onNone: () => servedPolicy(Option.getOrUndefined(args.model), args.data)
   })
@@ -110,7 +114,8 @@ export const runServe = (args: ServeArgs) =>
       return yield* Effect.fail(new Error("--model and --upstream exclude each other: serve a policy or proxy to a server"))
     }
     if (!(args.maxHold > 0)) return yield* Effect.fail(new Error("--max-hold must be a positive number of seconds"))
-    const backend = yield* backendOf(args)
+    const { Gateway } = yield* loadGateway
+    const backend = yield* backendOf(args, Gateway)
     const dataDir = path.resolve(args.data)
     const gateway = Gateway.layer({
       dataDir,

@@ -4,7 +4,7 @@
  * half of a model directory).
  */
 import { Command, Options } from "@effect/cli"
-import { ChatTemplate, DEFAULT_SPECIAL_TOKENS, saveChatTemplate, saveTokenizer, TokenizerError, trainBpe } from "@reins/policy"
+import { ChatTemplate, DEFAULT_SPECIAL_TOKENS, saveChatTemplate, saveTokenizer, TokenizerError, trainBpe } from "@reins/policy/text"
 import { Console, Effect } from "effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
