@@ -139,8 +139,10 @@ export class DecodeWeights {
 }
 
 /**
- * Keys (rotated) and values of one sequence, [capacity, d] per layer, in its decoder's kernel
- * memory (see attentionKernel.ts): a byte offset, not an array, since that memory can grow.
+ * Keys (rotated) and values of one sequence in its decoder's kernel memory (attentionKernel.ts):
+ * a byte offset, not an array, since that memory can grow. Head-major, [heads, capacity, hd] per
+ * layer, so the rows one head attends over are contiguous: decoding many sequences reads every
+ * cache once per step, which is memory-bound, and sequential reads stream fastest.
  */
 export class KvCache {
   length = 0
@@ -157,6 +159,7 @@ export class KvCache {
     return capacity * d * 2 * layers
   }
 
+  /** Byte offset of layer l's keys (head h at + h·capacity·hd·4). */
   keys(l: number): number {
     return this.offset + l * 2 * this.capacity * this.d * 4
   }
@@ -367,12 +370,16 @@ export class FastDecoder {
       const keys = ch.cache.keys(l)
       const values = ch.cache.values(l)
       // Store this chunk's keys and values first: each row attends to the ones before it.
+      const headStride = ch.cache.capacity * hd // floats between two heads of a layer
       for (let i = 0; i < ch.ids.length; i++) {
         const pos = ch.cache.length + i
         const src = (r + i) * 3 * d
-        m.set(qkv.subarray(src + d, src + 2 * d), (keys >> 2) + pos * d)
-        m.set(qkv.subarray(src + 2 * d, src + 3 * d), (values >> 2) + pos * d)
-        if (this.rope !== undefined) rotate(m, (keys >> 2) + pos * d, pos, H, this.rope)
+        if (this.rope !== undefined) rotate(qkv, src + d, pos, H, this.rope)
+        for (let h = 0; h < H; h++) {
+          const at = h * headStride + pos * hd
+          m.set(qkv.subarray(src + d + h * hd, src + d + (h + 1) * hd), (keys >> 2) + at)
+          m.set(qkv.subarray(src + 2 * d + h * hd, src + 2 * d + (h + 1) * hd), (values >> 2) + at)
+        }
       }
       for (let i = 0; i < ch.ids.length; i++, r++) {
         const pos = ch.cache.length + i
@@ -381,9 +388,10 @@ export class FastDecoder {
         for (let t = 0; t < d; t++) m[q + t]! *= scale
         for (let h = 0; h < H; h++) {
           // scores = q_h·K_hᵀ over positions 0..pos, softmax, then Σ p·V_h.
-          this.kernel.dotRows(this.qAt + h * hd * 4, keys + h * hd * 4, pos + 1, d * 4, hd * 4, this.scoresAt)
+          const base = h * headStride * 4
+          this.kernel.dotRows(this.qAt + h * hd * 4, keys + base, pos + 1, hd * 4, hd * 4, this.scoresAt)
           softmaxInPlace(m, scores, pos + 1)
-          this.kernel.axpyRows(this.scoresAt, values + h * hd * 4, pos + 1, d * 4, hd * 4, this.outAt)
+          this.kernel.axpyRows(this.scoresAt, values + base, pos + 1, hd * 4, hd * 4, this.outAt)
           out.set(m.subarray(head, head + hd), r * d + h * hd)
         }
       }

@@ -174,15 +174,18 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
   const inTransaction = db.transaction((f: () => unknown) => f()) as <A>(f: () => A) => A
   const fail = (e: unknown) => new StoreError({ message: e instanceof Error ? e.message : String(e) })
 
+  /** An `Emit` that inserts each event in the current transaction and collects it for publishing. */
+  const emitInto = (events: Array<StoreEvent>): Emit => (type, ids, data) => {
+    const e = toEvent(row(st.insertEvent, Date.now(), type, ids.rolloutId ?? null, ids.attemptId ?? null, json(data))!)
+    events.push(e)
+    return e
+  }
+
   /** Runs `body` in one transaction; its events are published once it has committed. */
   const write = <A>(body: (emit: Emit) => A): Effect.Effect<A, StoreError | Expected> =>
     Effect.suspend(() => {
       const events: Array<StoreEvent> = []
-      const emit: Emit = (type, ids, data) => {
-        const e = toEvent(row(st.insertEvent, Date.now(), type, ids.rolloutId ?? null, ids.attemptId ?? null, json(data))!)
-        events.push(e)
-        return e
-      }
+      const emit = emitInto(events)
       try {
         const result = inTransaction(() => body(emit))
         return Effect.as(PubSub.publishAll(published, events), result)
@@ -204,11 +207,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       queue = []
       const results: Array<LlmCall | NotFound> = []
       const events: Array<StoreEvent> = []
-      const emit: Emit = (type, ids, data) => {
-        const e = toEvent(row(st.insertEvent, Date.now(), type, ids.rolloutId ?? null, ids.attemptId ?? null, json(data))!)
-        events.push(e)
-        return e
-      }
+      const emit = emitInto(events)
       try {
         inTransaction(() => {
           for (const item of batch) {
