@@ -4,9 +4,8 @@
  * open through the pause; calls held too long get 503 + Retry-After. Also reachable as actor
  * messages (GatewayRpcs).
  */
-import { RpcTest } from "@effect/rpc"
 import { Gateway } from "@reins/gateway"
-import { GatewayRpcs } from "@reins/protocol"
+import { ActorSystem } from "@reins/runtime"
 import { Effect, Layer } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -181,14 +180,15 @@ describe("pause gate", () => {
 
   it("is reachable as actor messages (Pause / Resume / State)", async () => {
     const program = Effect.gen(function* () {
-      const client = yield* RpcTest.makeClient(GatewayRpcs)
+      yield* Layer.build(Gateway.actorLayer.pipe(Layer.provide(Layer.succeed(Gateway.Gateway, gw.gateway))))
+      const client = yield* Gateway.GatewayActor.client
       const paused = yield* client.Pause({ mode: "drain" })
       const state = yield* client.State()
       const resumed = yield* client.Resume()
       return { paused: paused.paused, state: state.paused, resumed: resumed.paused }
     })
     const result = await Effect.runPromise(
-      program.pipe(Effect.scoped, Effect.provide(Gateway.rpcHandlers.pipe(Layer.provide(Layer.succeed(Gateway.Gateway, gw.gateway)))))
+      program.pipe(Effect.scoped, Effect.provide(ActorSystem.layerLocal()))
     )
     expect(result).toEqual({ paused: true, state: true, resumed: false })
   })

@@ -6,12 +6,13 @@
  *   engineBackend(format)                 GatewayBackend from a Generator (+ tokenizer & template)
  *   upstreamBackend({ url })              GatewayBackend that proxies to an OpenAI-compatible server
  *   Gateway.serve({ host, port })         the HTTP server (needs Gateway)
- *   rpcHandlers                           the GatewayRpcs (Pause/Resume/State) handlers for the actor runtime
+ *   actorLayer                            the `gateway` actor (GatewayRpcs: Pause/Resume/State) on the node's actor system
  */
 import type { HttpApp } from "@effect/platform"
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { GatewayError, GatewayRpcs, type GatewayState, type PauseMode, StoreError } from "@reins/protocol"
+import { Actor } from "@reins/runtime"
 import { Context, Data, type Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import path from "node:path"
@@ -177,12 +178,19 @@ export const serve = (options: ServeOptions) =>
     Layer.provideMerge(NodeHttpServer.layer(nodeServer, { host: options.host ?? "127.0.0.1", port: options.port }))
   )
 
-/** The Gateway's actor protocol handlers (Pause / Resume / State), for the runtime to place. */
-export const rpcHandlers = GatewayRpcs.toLayer(
-  Effect.map(Gateway, (g) => ({
-    Pause: ({ mode }: { readonly mode: PauseMode }) => g.pause(mode),
-    Resume: () => g.resume,
-    State: () => g.state
-  }))
+/**
+ * The Gateway as a runtime actor named `gateway`: the Trainer pauses and resumes it by message
+ * (Pause / Resume / State), from this process or another node.
+ */
+export const GatewayActor = Actor.make("gateway", GatewayRpcs)
+
+/** Registers the `gateway` actor on this node's actor system, over the `Gateway` service. */
+export const actorLayer = GatewayActor.toLayer(
+  Effect.map(Gateway, (g) =>
+    GatewayActor.of({
+      Pause: ({ mode }: { readonly mode: PauseMode }) => g.pause(mode),
+      Resume: () => g.resume,
+      State: () => g.state
+    }))
 )
 

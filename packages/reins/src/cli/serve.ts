@@ -72,8 +72,8 @@ const servedPolicy = (dir: string | undefined, data: string) =>
         })
         return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
       })
-    ).pipe(Layer.provide(ActorSystem.layerLocal()))
-    return { description: `policy ${modelDir} in a device worker thread`, layer: layer as Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown> }
+    )
+    return { description: `policy ${modelDir} in a device worker thread`, layer: layer as BackendLayer }
   })
 
 export interface ServeArgs {
@@ -88,6 +88,8 @@ export interface ServeArgs {
   readonly alias: ReadonlyArray<string>
 }
 
+type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
+
 /** Loaded on use: the other commands need neither the Gateway nor TensorFlow.js at start-up. */
 const loadGateway = Effect.promise(() => import("@reins/gateway"))
 
@@ -100,7 +102,7 @@ const backendOf = (args: ServeArgs, Gateway: typeof GatewayModule.Gateway) =>
           url,
           apiKey: Option.getOrUndefined(args.upstreamKey) ?? process.env.REINS_UPSTREAM_API_KEY,
           tokenIds: args.upstreamTokenIds
-        }) as Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown>
+        }) as BackendLayer
       }),
     onNone: () => servedPolicy(Option.getOrUndefined(args.model), args.data)
   })
@@ -123,7 +125,12 @@ export const runServe = (args: ServeArgs) =>
       publicUrl: Option.getOrUndefined(args.publicUrl),
       modelAliases: args.alias
     })
-    const app = Gateway.serve({ host, port }).pipe(Layer.provideMerge(gateway), Layer.provide(backend.layer))
+    // One actor system for the process: the device actor (worker thread) and the `gateway` actor.
+    const app = Layer.merge(Gateway.serve({ host, port }), Gateway.actorLayer).pipe(
+      Layer.provideMerge(gateway),
+      Layer.provide(backend.layer),
+      Layer.provide(ActorSystem.layerLocal())
+    )
     yield* Effect.scoped(
       Effect.gen(function* () {
         const context = yield* Layer.build(app)
