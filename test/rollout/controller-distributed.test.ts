@@ -19,7 +19,8 @@ import path from "node:path"
 import { afterAll } from "vitest"
 import { RolloutController } from "@reins/rollout/controller"
 import { killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
-import { answerTask, baseConfig, harnessSpec, ledgerLayer } from "./controllerHelpers.js"
+import { storeLedgerLayer } from "reins"
+import { answerTask, baseConfig, harnessSpec } from "./controllerHelpers.js"
 import { killQuietly, waitFor } from "./helpers.js"
 
 const secretValue = `controller-test-${randomBytes(12).toString("hex")}`
@@ -71,7 +72,7 @@ describe("rollout controller over a cluster", () => {
       )
       const layers = RolloutController.layer(
         baseConfig({ harness: harnessSpec({ env: { RUN_LOG: runLog } }), maxAttempts: 3 })
-      ).pipe(Layer.provideMerge(Layer.merge(ledgerLayer.pipe(Layer.provideMerge(SqliteStore.layer({ filename: path.join(dir, "store.db") }))), controllerNode)))
+      ).pipe(Layer.provideMerge(Layer.merge(storeLedgerLayer.pipe(Layer.provideMerge(SqliteStore.layer({ filename: path.join(dir, "store.db") }))), controllerNode)))
 
       yield* Effect.gen(function*() {
         const controller = yield* RolloutController

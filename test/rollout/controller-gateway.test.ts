@@ -14,7 +14,8 @@ import { afterAll, beforeAll } from "vitest"
 import { AttemptLedger, launcherActorLayer as launcherLayer, RolloutController } from "@reins/rollout/controller"
 import { type FakeUpstream, startFakeUpstream } from "../gateway/fakeUpstream.js"
 import { type Running, startGateway } from "../gateway/harness.js"
-import { baseConfig, controllerFixture, harnessSpec, storeLedger } from "./controllerHelpers.js"
+import { storeLedger } from "reins"
+import { baseConfig, controllerFixture, harnessSpec } from "./controllerHelpers.js"
 import { tempDir } from "./helpers.js"
 
 let upstream: FakeUpstream

@@ -1,63 +1,20 @@
 /**
- * Shared parts of the controller tests: the Gateway's real SQLite store as the controller's
- * `AttemptLedger`, the fixture harness/verifier, and a layer with an in-process actor system,
+ * Shared parts of the controller tests: the fixture harness/verifier, and a layer with an in-process actor system,
  * a local launcher actor and the controller.
  */
-import { SqliteStore, Store, type StoreService } from "@reins/gateway"
+import { SqliteStore } from "@reins/gateway"
 import { HarnessSpec, Task, VerifierSpec } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
-import { Effect, Layer } from "effect"
+import { Layer } from "effect"
 import { fileURLToPath } from "node:url"
+import { storeLedgerLayer } from "reins"
 import {
-  AttemptLedger,
-  type AttemptLedgerService,
   type ControllerConfig,
-  LedgerError,
   launcherActorLayer as launcherLayer,
   RolloutController,
 } from "@reins/rollout/controller"
 
 export const controllerFixture = (name: string) => fileURLToPath(new URL(`./controller-fixtures/${name}`, import.meta.url))
-
-const ledgerError = (operation: string) => (e: { readonly message: string }) => new LedgerError({ operation, message: e.message })
-
-const issued = (i: { readonly rollout: { readonly id: string }; readonly attempt: { readonly id: string; readonly index: number }; readonly key: string }) => ({
-  rolloutId: i.rollout.id,
-  attemptId: i.attempt.id,
-  index: i.attempt.index,
-  key: i.key
-})
-
-/** The Gateway store as the ledger (what the `reins` package wires in a deployment). */
-export const storeLedger = (store: StoreService): AttemptLedgerService => ({
-  createRollout: ({ task, group }) => store.createRollout({ task, group }).pipe(Effect.map(issued), Effect.mapError(ledgerError("createRollout"))),
-  createAttempt: (rolloutId) => store.createAttempt(rolloutId).pipe(Effect.map(issued), Effect.mapError(ledgerError("createAttempt"))),
-  start: (attemptId) =>
-    store.transition(attemptId, "running").pipe(
-      Effect.asVoid,
-      // the Gateway starts a queued attempt on its first call
-      Effect.catchTag("IllegalTransition", (e) => (e.from === "running" ? Effect.void : Effect.fail(e))),
-      Effect.mapError(ledgerError("start"))
-    ),
-  finish: (attemptId, state, reason) =>
-    store.transition(attemptId, state, reason).pipe(
-      Effect.catchTag("IllegalTransition", (e) =>
-        e.from === "queued"
-          ? Effect.asVoid(Effect.zipRight(store.transition(attemptId, "running"), store.transition(attemptId, state, reason)))
-          : Effect.void // already ended: leave it
-      ),
-      Effect.asVoid,
-      Effect.mapError(ledgerError("finish"))
-    ),
-  recordReward: (attemptId, value, info) => store.addReward({ attemptId, value, info }).pipe(Effect.asVoid, Effect.mapError(ledgerError("recordReward"))),
-  rewardOf: (rolloutId, attemptId) =>
-    store.rollout(rolloutId).pipe(
-      Effect.map((d) => d.rewards.filter((r) => r.attemptId === attemptId && r.callId === null).at(-1)?.value ?? null),
-      Effect.mapError(ledgerError("rewardOf"))
-    )
-})
-
-export const ledgerLayer = Layer.effect(AttemptLedger, Effect.map(Store, storeLedger))
 
 export const harnessSpec = (fields: Partial<ConstructorParameters<typeof HarnessSpec>[0]> = {}) =>
   new HarnessSpec({
@@ -83,7 +40,7 @@ export const baseConfig = (fields: Partial<ControllerConfig> = {}): ControllerCo
 export const localLayers = (options: { readonly dir: string; readonly maxConcurrent?: number; readonly config?: Partial<ControllerConfig> }) => {
   const base = Layer.mergeAll(
     launcherLayer({ kind: "local", dataDir: `${options.dir}/launcher` }, { maxConcurrent: options.maxConcurrent ?? 4 }),
-    ledgerLayer
+    storeLedgerLayer
   ).pipe(Layer.provideMerge(Layer.merge(ActorSystem.layerLocal(), SqliteStore.layer({ filename: `${options.dir}/store.db` }))))
   return RolloutController.layer(baseConfig(options.config)).pipe(Layer.provideMerge(base))
 }
