@@ -2,18 +2,12 @@
  * Shared inputs of the tokenizer and chat tests: a seeded PRNG, a generated English-like corpus
  * (so no test depends on files outside the repo), and a generator of nasty Unicode strings.
  */
-import { trainBpe, type Tokenizer } from "@reins/policy"
+import { Rng, trainBpe, type Tokenizer } from "@reins/policy"
 
-/** mulberry32: small, fast, good enough for test inputs; the same seed gives the same stream. */
+/** A seeded stream of uniform numbers in [0, 1) for test inputs (the policy's own PRNG). */
 export const rng = (seed: number) => {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
+  const r = new Rng(seed)
+  return () => r.uniform()
 }
 
 const WORDS = (
