@@ -34,14 +34,22 @@ const generateError = (e: { readonly message: string }) => new GenerateError({ m
 
 export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorService => {
   const created = model.created ?? Math.floor(Date.now() / 1000)
-  return {
-    info: Effect.map(Effect.orDie(engine.stats), (s): ModelInfo => ({
+  // The version only changes while the device is paused (the Trainer updates the weights between
+  // pause and resume), so it is read once and again after every resume: not once per call, which
+  // is a message round trip when the engine runs in the device's worker thread.
+  let cached: ModelInfo | undefined
+  const refresh = Effect.map(Effect.orDie(engine.stats), (s): ModelInfo => {
+    cached = {
       id: model.id,
       contextLength: model.contextLength,
       version: s.version,
       created,
       defaultMaxTokens: model.defaultMaxTokens
-    })),
+    }
+    return cached
+  })
+  return {
+    info: Effect.suspend(() => (cached !== undefined ? Effect.succeed(cached) : refresh)),
     generate: (request) =>
       engine.generate(request).pipe(
         Stream.mapError(generateError),
@@ -52,7 +60,7 @@ export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorSer
         )
       ),
     pause: (mode) => Effect.asVoid(Effect.mapError(engine.pause(mode), generateError)),
-    resume: Effect.mapError(engine.resume, generateError)
+    resume: Effect.zipLeft(Effect.mapError(engine.resume, generateError), refresh)
   }
 }
 
