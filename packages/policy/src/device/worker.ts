@@ -1,5 +1,6 @@
 /** Worker-thread entry of the device actor (see `Device.workerLayer`). */
 import { Worker } from "@reins/runtime"
-import { Device, deviceHandlers, type DeviceOptions } from "./Device.js"
+import { Device, type DeviceOptions } from "./Device.js"
+import { deviceHandlers } from "./handlers.js"
 
 Worker.serve(Device, deviceHandlers(Worker.data() as DeviceOptions))

@@ -56,7 +56,9 @@ const alias = Options.text("model-alias").pipe(
 const servedPolicy = (dir: string | undefined, data: string) =>
   Effect.gen(function* () {
     const { EngineGenerator, Gateway, Generator } = yield* loadGateway
-    const { deviceEngine, deviceWorkerLayer, loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy"))
+    // Neither module loads TensorFlow.js: the model lives in the device's worker thread.
+    const { deviceEngine, workerLayer: deviceWorkerLayer } = yield* Effect.promise(() => import("@reins/policy/device"))
+    const { loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy/text"))
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
     const layer = Layer.unwrapScoped(
       Effect.gen(function* () {
