@@ -13,12 +13,11 @@ import { Node } from "@reins/runtime"
 import { Effect, Layer, Redacted, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
-import net from "node:net"
 import os from "node:os"
 import path from "node:path"
 import { afterAll } from "vitest"
 import { RolloutController } from "@reins/rollout/controller"
-import { killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
+import { freePort, killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
 import { storeLedgerLayer } from "reins"
 import { answerTask, baseConfig, harnessSpec } from "./controllerHelpers.js"
 import { killQuietly, waitFor } from "./helpers.js"
@@ -37,17 +36,6 @@ afterAll(async () => {
   harnessPids().forEach(killQuietly)
   rmSync(dir, { recursive: true, force: true })
 })
-
-/** A port nothing listens on right now. */
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
 
 const nodeArgs = (name: string, port: number, join?: string) => [
   "--roles", "rollout",

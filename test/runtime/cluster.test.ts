@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import net from "node:net"
 import os from "node:os"
 import path from "node:path"
-import { killAll, type NodeProcess, reins, startNode, until } from "./fixtures/processes.js"
+import { freePort, killAll, type NodeProcess, reins, startNode, until } from "./fixtures/processes.js"
 import { authenticated, Wire } from "./fixtures/wire.js"
 
 const secretValue = `cluster-test-${randomBytes(12).toString("hex")}`
@@ -44,17 +44,6 @@ const withClient = <A, E>(address: string, f: Effect.Effect<A, E, ActorSystem | 
       return yield* Effect.provideService(f, ActorSystem, client.system)
     }).pipe(Effect.scoped) as Effect.Effect<A, unknown>
   )
-
-/** A port nothing listens on right now (so all three nodes can start at once). */
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
 
 beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), "reins-cluster-"))
