@@ -30,3 +30,7 @@ export * from "./drops.js"
 export * from "./metrics.js"
 /** Append-only JSONL of Schema rows, torn-line safe. */
 export * from "./jsonl.js"
+/** SFT data: demos → sequences, demo tokenizer, compact chat template, step plan. */
+export * from "./sft/index.js"
+/** The schedules (sync, collocated, split): the run loop, its ports, the staleness gate, checkpoints. */
+export * from "./schedule/index.js"

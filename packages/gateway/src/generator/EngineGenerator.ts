@@ -34,9 +34,10 @@ const generateError = (e: { readonly message: string }) => new GenerateError({ m
 
 export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorService => {
   const created = model.created ?? Math.floor(Date.now() / 1000)
-  // The version only changes while the device is paused (the Trainer updates the weights between
-  // pause and resume), so it is read once and again after every resume: not once per call, which
-  // is a message round trip when the engine runs in the device's worker thread.
+  // The version changes while the device is paused (the Trainer updates the weights between pause
+  // and resume) or in a weight swap (split schedule), so it is read once, again after every
+  // resume, and raised when a token comes stamped with a newer one: not once per call, which is a
+  // message round trip when the engine runs in the device's worker thread.
   let cached: ModelInfo | undefined
   const refresh = Effect.map(Effect.orDie(engine.stats), (s): ModelInfo => {
     cached = {
@@ -53,11 +54,14 @@ export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorSer
     generate: (request) =>
       engine.generate(request).pipe(
         Stream.mapError(generateError),
-        Stream.mapEffect((chunk) =>
-          chunk.finishReason === "interrupted" || chunk.finishReason === "cancelled"
-            ? Effect.fail(new GenerateError({ message: `the engine ended the generation (${chunk.finishReason})` }))
-            : Effect.succeed(chunk)
-        )
+        Stream.mapEffect((chunk) => {
+          if (chunk.finishReason === "interrupted" || chunk.finishReason === "cancelled") {
+            return Effect.fail(new GenerateError({ message: `the engine ended the generation (${chunk.finishReason})` }))
+          }
+          const newest = chunk.versions.length > 0 ? chunk.versions[chunk.versions.length - 1]! : -1
+          if (cached !== undefined && newest > cached.version) cached = { ...cached, version: newest }
+          return Effect.succeed(chunk)
+        })
       ),
     pause: (mode) => Effect.asVoid(Effect.mapError(engine.pause(mode), generateError)),
     resume: Effect.zipLeft(Effect.mapError(engine.resume, generateError), refresh)

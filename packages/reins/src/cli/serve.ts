@@ -10,6 +10,7 @@ import type * as GatewayModule from "@reins/gateway"
 import { ActorSystem } from "@reins/runtime"
 import { Console, Duration, Effect, Layer, Option } from "effect"
 import path from "node:path"
+import { policyBackend } from "../wiring/policyBackend.js"
 import { failWith, parseListen } from "./node.js"
 
 const model = Options.directory("model").pipe(
@@ -48,33 +49,13 @@ const alias = Options.text("model-alias").pipe(
   Options.withDescription("Another model name to accept for the served model (repeatable).")
 )
 
-/**
- * The policy backend: the device actor runs the model in a worker thread of this process (the
- * Gateway's event loop never runs a forward pass); the Gateway reads the tokenizer and chat
- * template from the same model directory and samples through the device by message.
- */
+/** The device actor in a worker thread of this process, and the Gateway sampling through it. */
 const servedPolicy = (dir: string | undefined, data: string) =>
   Effect.gen(function* () {
-    const { EngineGenerator, Gateway, Generator } = yield* loadGateway
-    // Neither module loads TensorFlow.js: the model lives in the device's worker thread.
-    const { deviceEngine, workerLayer: deviceWorkerLayer } = yield* Effect.promise(() => import("@reins/policy/device"))
-    const { loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy/text"))
+    // The device module loads no TensorFlow.js: the model lives in the device's worker thread.
+    const { workerLayer: deviceWorkerLayer } = yield* Effect.promise(() => import("@reins/policy/device"))
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
-    const layer = Layer.unwrapScoped(
-      Effect.gen(function* () {
-        yield* Layer.build(deviceWorkerLayer({ modelDir, createDefault: dir === undefined }))
-        const engine = yield* deviceEngine
-        const info = yield* engine.info
-        const tokenizer = yield* loadTokenizer(info.modelDir)
-        const template = yield* loadChatTemplate(info.modelDir)
-        const generator = EngineGenerator.fromEngine(engine, {
-          id: info.modelId,
-          contextLength: info.contextLength,
-          defaultMaxTokens: info.defaultMaxTokens
-        })
-        return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
-      })
-    )
+    const layer = policyBackend.pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined })))
     return { description: `policy ${modelDir} in a device worker thread`, layer: layer as BackendLayer }
   })
 

@@ -1,0 +1,29 @@
+/**
+ * The Gateway's policy backend: it samples through the `device` actor (wherever it runs) and
+ * reads the tokenizer and chat template from the model directory the device serves. Neither
+ * module loaded here pulls in TensorFlow.js: the model lives in the device's worker thread.
+ */
+import type * as GatewayModule from "@reins/gateway"
+import type { ActorSystem } from "@reins/runtime"
+import { Effect, Layer } from "effect"
+
+type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
+
+/** A Gateway backend over the device actor (start the device first, e.g. `deviceWorkerLayer`). */
+export const policyBackend: BackendLayer = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const { EngineGenerator, Gateway, Generator } = yield* Effect.promise(() => import("@reins/gateway"))
+    const { deviceEngine } = yield* Effect.promise(() => import("@reins/policy/device"))
+    const { loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy/text"))
+    const engine = yield* deviceEngine
+    const info = yield* engine.info
+    const tokenizer = yield* loadTokenizer(info.modelDir)
+    const template = yield* loadChatTemplate(info.modelDir)
+    const generator = EngineGenerator.fromEngine(engine, {
+      id: info.modelId,
+      contextLength: info.contextLength,
+      defaultMaxTokens: info.defaultMaxTokens
+    })
+    return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
+  })
+)

@@ -1,0 +1,101 @@
+/**
+ * What a schedule needs from the rest of the system, as small interfaces: the Trainer never
+ * imports the Gateway or the Rollout Controller (they meet through @reins/protocol messages; the
+ * `reins` package wires these ports to the real actors and services).
+ */
+import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task } from "@reins/protocol"
+import { Data, type Effect, type Option } from "effect"
+import type { UpdateStep } from "../batching.js"
+import type { LossSettings } from "../offpolicy.js"
+import type { RolloutRecord } from "../samples/trace.js"
+
+/** Something a schedule depends on failed (the device, the controller, the store, the Gateway). */
+export class TrainerError extends Data.TaggedError("TrainerError")<{
+  readonly operation: string
+  readonly message: string
+}> {}
+
+/** Maps any error with a message to a `TrainerError` of `operation`. */
+export const trainerError = (operation: string) => (e: unknown) =>
+  new TrainerError({
+    operation,
+    message: typeof e === "object" && e !== null && "message" in e ? String((e as { message: unknown }).message) : String(e)
+  })
+
+/** The next tasks to train on (a seeded, resumable order; see the rollout package's task queue). */
+export interface TaskSource {
+  readonly next: Effect.Effect<Option.Option<Task>, TrainerError>
+  /** Where the source stands, saved with checkpoints (JSON). */
+  readonly position: Effect.Effect<unknown>
+}
+
+/** Asked before a rollout of a group starts; see `StalenessGate.admit`. */
+export type GroupAdmission = (groupId: string) => Effect.Effect<boolean>
+
+export interface ControllerPort {
+  readonly submit: (task: Task, size: number) => Effect.Effect<SubmittedGroup, TrainerError>
+  /** Waits for every rollout of the group to end (pushed by the controller, never polled). */
+  readonly awaitGroup: (groupId: string) => Effect.Effect<ReadonlyArray<RolloutEnded>, TrainerError>
+  readonly setAdmission: (admission: GroupAdmission | null) => Effect.Effect<void>
+  /** Asks the controller to re-check waiting rollouts (the budget grew). */
+  readonly reconsider: Effect.Effect<void>
+  readonly cancelAll: (reason: string) => Effect.Effect<number, TrainerError>
+}
+
+/** Recorded rollouts (the Gateway's store). */
+export interface RecordSource {
+  readonly rollout: (rolloutId: string) => Effect.Effect<RolloutRecord, TrainerError>
+}
+
+export interface GatewayPort {
+  readonly pause: (mode: PauseMode) => Effect.Effect<GatewayState, TrainerError>
+  readonly resume: Effect.Effect<GatewayState, TrainerError>
+  readonly state: Effect.Effect<GatewayState, TrainerError>
+}
+
+export interface TrainSettings extends LossSettings {
+  readonly lr: number
+  readonly weightDecay: number
+  readonly maxGradNorm: number
+  readonly microBatchTokens: number
+  readonly maxSeqLen: number
+}
+
+export interface TrainOutcome {
+  readonly version: number
+  /** Per optimizer step: loss, grad norm, clip fractions, ... (non-finite values as null). */
+  readonly steps: ReadonlyArray<Readonly<Record<string, number | null>>>
+  readonly seconds: number
+}
+
+export interface DeviceClockReading {
+  readonly version: number
+  /** Cumulative seconds with at least one sequence being generated. */
+  readonly generatingSeconds: number
+  /** Cumulative seconds spent in updates. */
+  readonly trainingSeconds: number
+}
+
+/** A device owner: the policy's weights, its generation engine, its optimizer. */
+export interface DevicePort {
+  readonly info: Effect.Effect<{ readonly version: number; readonly contextLength: number }, TrainerError>
+  readonly clock: Effect.Effect<DeviceClockReading, TrainerError>
+  /** One update (steps × micro-batches); the engine then serves version + 1. */
+  readonly train: (steps: ReadonlyArray<UpdateStep>, settings: TrainSettings) => Effect.Effect<TrainOutcome, TrainerError>
+  /** Copies this device's weights (and version) into `target`'s engine: the split schedule's swap. */
+  readonly sendWeightsTo: (target: DevicePort) => Effect.Effect<void, TrainerError>
+  readonly save: (dir: string) => Effect.Effect<void, TrainerError>
+  readonly restore: (dir: string, version: number) => Effect.Effect<void, TrainerError>
+}
+
+/** Everything a run talks to. In the collocated and sync schedules `training` is `generation`. */
+export interface TrainerPorts {
+  readonly tasks: TaskSource
+  readonly controller: ControllerPort
+  readonly records: RecordSource
+  readonly gateway: GatewayPort
+  readonly generation: DevicePort
+  readonly training: DevicePort
+}
+
+export type { RolloutEnded }

@@ -1,0 +1,217 @@
+/**
+ * A training run: hands tasks to the Rollout Controller as GRPO groups, collects the groups as
+ * their rollouts end (pushed by the controller), and updates the policy whenever the staleness
+ * gate selects a batch. One loop serves the three schedules:
+ *
+ *   sync        `async_groups = batch_groups` and a staleness bound of 0: a version's groups are
+ *               admitted together, the update waits for all of them, nothing runs during it.
+ *   collocated  `async_groups` groups keep running; the update pauses the Gateway and runs on
+ *               the generation device; unfinished rollouts carry over (their later tokens come
+ *               from the new version).
+ *   split       like collocated, but the update runs on a second device while generation goes
+ *               on, and the new weights are swapped into the generation device after it.
+ *
+ * The loop owns all run state in one fiber; the controller's admission hook only reads it.
+ */
+import { type Task, type TrainerConfig, VersionMetrics } from "@reins/protocol"
+import { Effect, FiberSet, Option, PubSub, Queue, type Scope } from "effect"
+import path from "node:path"
+import { type JsonlWriter, openJsonl } from "../jsonl.js"
+import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
+import { type DeviceClockReading, type RolloutEnded, type TrainerError, trainerError, type TrainerPorts } from "./ports.js"
+import { type GroupState, StalenessGate } from "./StalenessGate.js"
+import { deviceBusy, runUpdate, updateMetrics } from "./update.js"
+
+export interface RunOptions {
+  readonly config: TrainerConfig
+  readonly ports: TrainerPorts
+  /** Where `metrics.jsonl` and `checkpoints/` go. */
+  readonly runDir: string
+  /** Resume from this checkpoint (the device was restored to its version by the caller). */
+  readonly resume?: Cursor | undefined
+  /** Every version's metrics, as they are written. */
+  readonly events?: PubSub.PubSub<TrainerEvent> | undefined
+}
+
+export type TrainerEvent =
+  | { readonly _tag: "Version"; readonly metrics: VersionMetrics; readonly rolloutIds: ReadonlyArray<string> }
+  | { readonly _tag: "Skipped"; readonly version: number; readonly groups: number; readonly reason: string }
+  | { readonly _tag: "Checkpoint"; readonly version: number; readonly dir: string }
+
+export interface RunSummary {
+  readonly version: number
+  readonly versions: number
+  readonly consumedGroups: number
+  readonly wallSeconds: number
+  /** The checkpoint written at the end of the run. */
+  readonly finalCheckpoint: string
+}
+
+interface GroupEntry {
+  readonly task: Task
+  readonly seq: number
+  readonly rolloutIds: ReadonlyArray<string>
+  ended: ReadonlyArray<RolloutEnded> | null
+}
+
+/** The loop's state. Only the loop fiber writes it. */
+class RunState {
+  version: number
+  versions = 0
+  seq = 0
+  tasksLeft = true
+  readonly groups = new Map<string, GroupEntry>()
+  readonly pending: Array<Task>
+
+  constructor(readonly gate: StalenessGate, resume: Cursor | undefined) {
+    this.version = resume?.version ?? 0
+    this.pending = [...(resume?.pending ?? [])]
+    if (resume !== undefined) gate.restore(resume.consumedGroups)
+  }
+
+  get unfinished(): number {
+    let n = 0
+    for (const g of this.groups.values()) if (g.ended === null) n++
+    return n
+  }
+
+  views(): ReadonlyArray<GroupState> {
+    return [...this.groups].map(([groupId, g]) => ({
+      groupId,
+      seq: g.seq,
+      finished: g.ended !== null,
+      startVersion: this.gate.startVersion(groupId)
+    }))
+  }
+}
+
+const scheduleShape = (config: TrainerConfig) =>
+  config.schedule === "sync"
+    ? { asyncGroups: config.batch_groups, maxStaleness: 0 }
+    : { asyncGroups: Math.max(config.asyncGroups, config.batch_groups), maxStaleness: config.max_staleness }
+
+export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, TrainerError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { config, ports } = options
+    const shape = scheduleShape(config)
+    const state = new RunState(new StalenessGate(config.batch_groups, shape.maxStaleness), options.resume)
+    const finished = yield* Queue.unbounded<{ readonly groupId: string; readonly ended: ReadonlyArray<RolloutEnded> }>()
+    const waiters = yield* FiberSet.make<void, TrainerError>()
+    const metrics = yield* openJsonl(path.join(options.runDir, "metrics.jsonl"), VersionMetrics).pipe(
+      Effect.mapError(trainerError("open metrics"))
+    )
+    const info = yield* ports.generation.info
+    const started = performance.now() - (options.resume?.wallSeconds ?? 0) * 1000
+
+    yield* ports.controller.setAdmission((groupId) => Effect.sync(() => state.gate.admit(groupId, state.version)))
+    yield* Effect.addFinalizer(() => ports.controller.setAdmission(null))
+
+    const nextTask = Effect.gen(function*() {
+      const resubmitted = state.pending.shift()
+      if (resubmitted !== undefined) return Option.some(resubmitted)
+      return yield* ports.tasks.next
+    })
+
+    /** Hands out groups until `async_groups` are running or the tasks run out. */
+    const fill = Effect.gen(function*() {
+      while (state.tasksLeft && state.unfinished < shape.asyncGroups && !reachedEnd()) {
+        const task = yield* nextTask
+        if (Option.isNone(task)) {
+          state.tasksLeft = false
+          break
+        }
+        const submitted = yield* ports.controller.submit(task.value, config.group_size)
+        state.groups.set(submitted.groupId, { task: task.value, seq: state.seq++, rolloutIds: submitted.rolloutIds, ended: null })
+        yield* FiberSet.run(
+          waiters,
+          Effect.flatMap(ports.controller.awaitGroup(submitted.groupId), (ended) => finished.offer({ groupId: submitted.groupId, ended }))
+        )
+      }
+    })
+
+    const reachedEnd = () => config.max_versions !== undefined && state.versions >= config.max_versions
+
+    let clock = yield* readClocks(ports)
+    let lastAt = performance.now()
+
+    const update = (groupIds: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const rolloutIds = groupIds.flatMap((id) => state.groups.get(id)!.rolloutIds)
+        const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, rolloutIds })
+        state.gate.consume(groupIds)
+        for (const id of groupIds) state.groups.delete(id)
+        if (result.outcome === null) {
+          yield* publish(options, { _tag: "Skipped", version: state.version, groups: groupIds.length, reason: "no trainable samples" })
+          return
+        }
+        state.version = result.outcome.version
+        state.versions++
+        const now = performance.now()
+        const nextClock = yield* readClocks(ports)
+        const wall = (now - lastAt) / 1000
+        const busy = deviceBusy(wall, { from: clock.generation, to: nextClock.generation }, clock.training === null ? null : { from: clock.training, to: nextClock.training! })
+        clock = nextClock
+        lastAt = now
+        const line = updateMetrics({ ...result, outcome: result.outcome }, Date.now(), wall, busy)
+        yield* appendMetrics(metrics, line)
+        yield* publish(options, { _tag: "Version", metrics: line, rolloutIds })
+        if (config.checkpoint_every > 0 && state.versions % config.checkpoint_every === 0) yield* checkpoint()
+      })
+
+    const checkpoint = () =>
+      Effect.gen(function*() {
+        const root = path.join(options.runDir, "checkpoints")
+        const dir = checkpointDir(root, state.version)
+        yield* ports.training.save(dir)
+        const pending = [...state.groups.values()].sort((a, b) => a.seq - b.seq).map((g) => g.task)
+        yield* writeCursor(root, new Cursor({
+          version: state.version,
+          consumedGroups: state.gate.consumedGroups,
+          tasks: yield* ports.tasks.position,
+          pending: [...pending, ...state.pending],
+          wallSeconds: (performance.now() - started) / 1000
+        }))
+        yield* publish(options, { _tag: "Checkpoint", version: state.version, dir })
+        return dir
+      })
+
+    yield* fill
+    while (!reachedEnd()) {
+      const drained = !state.tasksLeft && state.unfinished === 0
+      const batch = state.gate.select(state.views(), state.version, drained)
+      if (batch !== null) {
+        yield* update(batch)
+        yield* fill
+        yield* ports.controller.reconsider
+        continue
+      }
+      if (state.groups.size === 0) break
+      const done = yield* finished.take
+      const entry = state.groups.get(done.groupId)
+      if (entry !== undefined) entry.ended = done.ended
+      yield* fill
+    }
+    yield* FiberSet.clear(waiters)
+    if (state.unfinished > 0) yield* ports.controller.cancelAll("the training run ended")
+    const finalCheckpoint = yield* checkpoint()
+    return {
+      version: state.version,
+      versions: state.versions,
+      consumedGroups: state.gate.consumedGroups,
+      wallSeconds: (performance.now() - started) / 1000,
+      finalCheckpoint
+    }
+  })
+
+const readClocks = (ports: TrainerPorts) =>
+  Effect.gen(function*() {
+    const generation: DeviceClockReading = yield* ports.generation.clock
+    const training: DeviceClockReading | null = ports.training === ports.generation ? null : yield* ports.training.clock
+    return { generation, training }
+  })
+
+const appendMetrics = (writer: JsonlWriter<VersionMetrics>, line: VersionMetrics) =>
+  writer.append(line).pipe(Effect.mapError(trainerError("write metrics")))
+
+const publish = (options: RunOptions, event: TrainerEvent) =>
+  options.events === undefined ? Effect.void : Effect.asVoid(PubSub.publish(options.events, event))

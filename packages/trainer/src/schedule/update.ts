@@ -1,0 +1,138 @@
+/**
+ * One update: the finished groups of a batch → samples → weights on the device → a new version,
+ * and the metrics line that describes it.
+ *
+ * The batch is built before the Gateway is paused (finished rollouts no longer change), so the
+ * pause only covers the update itself. `collocated`/`sync`: pause the Gateway (in-flight
+ * generations are interrupted at a token boundary or drained), train on the generation device,
+ * resume; held calls continue with the new weights. `split`: generation never stops; the update
+ * runs on the training device and its weights are swapped into the generation device after.
+ */
+import { DeviceBusy, PauseStats, type ScheduleKind, type StalenessStats, type TrainerConfig, type VersionMetrics } from "@reins/protocol"
+import { Effect } from "effect"
+import { type Batch, batchOptions, buildBatch } from "../batch.js"
+import { planUpdate } from "../batching.js"
+import { versionMetrics } from "../metrics.js"
+import { lossSettings, staleness } from "../offpolicy.js"
+import { traceOf } from "../samples/trace.js"
+import type { DeviceClockReading, TrainerError, TrainerPorts, TrainOutcome, TrainSettings } from "./ports.js"
+
+export const trainSettings = (config: TrainerConfig, contextLength: number): TrainSettings => ({
+  ...lossSettings(config),
+  lr: config.lr,
+  weightDecay: config.weight_decay,
+  maxGradNorm: config.max_grad_norm,
+  microBatchTokens: config.micro_batch_tokens,
+  maxSeqLen: config.max_seq_len ?? contextLength
+})
+
+export interface UpdateInput {
+  readonly schedule: ScheduleKind
+  readonly config: TrainerConfig
+  readonly contextLength: number
+  /** The version being trained (the policy the update starts from). */
+  readonly version: number
+  readonly rolloutIds: ReadonlyArray<string>
+}
+
+export interface UpdateResult {
+  readonly batch: Batch
+  readonly staleness: StalenessStats
+  readonly pause: PauseStats
+  /** null when the batch held nothing trainable (the version does not move). */
+  readonly outcome: TrainOutcome | null
+}
+
+const noPause = new PauseStats({ pauseSeconds: 0, drainSeconds: 0, heldCalls: 0 })
+
+/** Builds the batch of `rolloutIds` from the store. */
+const loadBatch = (ports: TrainerPorts, input: UpdateInput) =>
+  Effect.map(
+    Effect.forEach(input.rolloutIds, (id) => ports.records.rollout(id), { concurrency: 8 }),
+    (records) => buildBatch(records.map(traceOf), batchOptions(input.config, input.contextLength))
+  )
+
+/** Runs `train` with the Gateway paused; resumes whatever happens, and measures the pause. */
+const whilePaused = <A>(ports: TrainerPorts, config: TrainerConfig, train: Effect.Effect<A, TrainerError>) =>
+  Effect.gen(function*() {
+    const started = performance.now()
+    const { result, paused, held } = yield* Effect.acquireUseRelease(
+      ports.gateway.pause(config.pause),
+      (paused) =>
+        Effect.gen(function*() {
+          const result = yield* train
+          // Every call that arrived during the pause is still waiting at the gate right now.
+          const held = (yield* ports.gateway.state).held
+          return { result, paused, held }
+        }),
+      () => Effect.ignoreLogged(ports.gateway.resume)
+    )
+    return {
+      result,
+      pause: new PauseStats({
+        pauseSeconds: (performance.now() - started) / 1000,
+        drainSeconds: paused.lastDrainSeconds ?? 0,
+        heldCalls: held
+      })
+    }
+  })
+
+export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effect<UpdateResult, TrainerError> =>
+  Effect.gen(function*() {
+    const batch = yield* loadBatch(ports, input)
+    const steps = planUpdate(batch.samples, {
+      optimizerSteps: input.config.optimizer_steps,
+      normalization: input.config.normalization,
+      microBatchTokens: input.config.micro_batch_tokens
+    })
+    const stale = staleness(batch.samples, input.version)
+    if (steps.length === 0) return { batch, staleness: stale, pause: noPause, outcome: null }
+    const train = ports.training.train(steps, trainSettings(input.config, input.contextLength))
+    if (input.schedule === "split") {
+      const outcome = yield* train
+      yield* ports.training.sendWeightsTo(ports.generation)
+      return { batch, staleness: stale, pause: noPause, outcome }
+    }
+    const { pause, result } = yield* whilePaused(ports, input.config, train)
+    return { batch, staleness: stale, pause, outcome: result }
+  })
+
+/** Device busy fractions over a period, from two clock readings (one device, or two in split). */
+export const deviceBusy = (
+  wallSeconds: number,
+  generation: { readonly from: DeviceClockReading; readonly to: DeviceClockReading },
+  training: { readonly from: DeviceClockReading; readonly to: DeviceClockReading } | null
+): DeviceBusy => {
+  if (!(wallSeconds > 0)) return new DeviceBusy({ generating: 0, training: 0, idle: 1 })
+  const devices = training === null ? 1 : 2
+  const total = wallSeconds * devices
+  const gen = Math.max(0, generation.to.generatingSeconds - generation.from.generatingSeconds)
+  const trainClock = training ?? generation
+  const trained = Math.max(0, trainClock.to.trainingSeconds - trainClock.from.trainingSeconds)
+  const g = Math.min(1, gen / total)
+  const t = Math.min(1 - g, trained / total)
+  return new DeviceBusy({ generating: g, training: t, idle: Math.max(0, 1 - g - t) })
+}
+
+/** The metrics line of an update that produced `version`. */
+export const updateMetrics = (
+  result: UpdateResult & { readonly outcome: TrainOutcome },
+  at: number,
+  wallSeconds: number,
+  device: DeviceBusy
+): VersionMetrics => {
+  const steps = result.outcome.steps
+  const last = steps[steps.length - 1] ?? {}
+  const train: Record<string, number> = { seconds: result.outcome.seconds, optimizerSteps: steps.length }
+  for (const [k, v] of Object.entries(last)) train[k] = v ?? Number.NaN
+  return versionMetrics({
+    version: result.outcome.version,
+    at,
+    wallSeconds,
+    batch: result.batch,
+    staleness: result.staleness,
+    pause: result.pause,
+    device,
+    train
+  })
+}

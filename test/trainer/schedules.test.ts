@@ -1,0 +1,166 @@
+/**
+ * The schedules end to end with real parts: a tiny policy in a device worker thread, the real
+ * Gateway on loopback with its SQLite store, the Rollout Controller launching a real openai-SDK
+ * agent process per rollout, a verifier process, and the Trainer's run loop. The assertions are
+ * the protocol invariants of the issue: no harness call ever fails, per-call token versions never
+ * go back, every rollout is trained at most once (carried-over ones included), and admission keeps
+ * staleness within the bound.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
+import { HarnessSpec, type Task, type TrainerConfig, VerifierSpec } from "@reins/protocol"
+import { ActorSystem } from "@reins/runtime"
+import { latestCheckpoint, readJsonl, runTraining, type TrainerEvent, trainerConfig } from "@reins/trainer"
+import { VersionMetrics } from "@reins/protocol"
+import { localStack } from "reins"
+import { Effect, Option, PubSub, Queue } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import os from "node:os"
+import path from "node:path"
+import { fileURLToPath } from "node:url"
+import { Task as TaskClass } from "@reins/protocol"
+
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
+
+const harness = new HarnessSpec({
+  command: [process.execPath, fixture("agent.mjs")],
+  timeout_s: 60,
+  grace_s: 1,
+  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20 })
+})
+
+/** A source of `n` distinct tasks. */
+const tasks = (n: number) => {
+  let next = 0
+  return {
+    next: Effect.sync((): Option.Option<Task> => (next < n ? Option.some(new TaskClass({ id: `t${next++}`, input: { n: next } })) : Option.none())),
+    position: Effect.sync(() => next)
+  }
+}
+
+const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effect<A, unknown>) =>
+  Effect.gen(function*() {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "reins-schedules-"))
+    yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
+    const modelDir = path.join(dir, "model")
+    const tokenizer = defaultTokenizer()
+    yield* initModelDir(modelDir, {
+      tokenizer,
+      config: defaultModelConfig(tokenizer.vocabSize, { dModel: 32, nLayers: 1, nHeads: 2, dFf: 64, contextLength: 256 })
+    })
+    const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness, concurrency: 6, split: config.schedule === "split" })
+    const events = yield* PubSub.unbounded<TrainerEvent>()
+    const seen = yield* PubSub.subscribe(events)
+    const runDir = path.join(dir, "run")
+    const summary = yield* runTraining({ config, ports: { ...stack.ports, tasks: tasks(40) }, runDir, events })
+    const all = yield* Queue.takeAll(seen)
+    const metrics = yield* readJsonl(path.join(runDir, "metrics.jsonl"), VersionMetrics)
+    return yield* body({ stack, summary, events: [...all], metrics, runDir })
+  }).pipe(Effect.provide(ActorSystem.layerLocal()))
+
+interface RunResult {
+  readonly stack: Effect.Effect.Success<ReturnType<typeof localStack>>
+  readonly summary: Effect.Effect.Success<ReturnType<typeof runTraining>>
+  readonly events: ReadonlyArray<TrainerEvent>
+  readonly metrics: ReadonlyArray<VersionMetrics>
+  readonly runDir: string
+}
+
+/** Every recorded call of every rollout: status and token versions, in order. */
+const recordedCalls = (run: RunResult) =>
+  Effect.gen(function*() {
+    const page = yield* run.stack.store.rollouts({ limit: 1000 })
+    const out: Array<{ rolloutId: string; state: string; calls: Array<{ status: number; versions: Int32Array }> }> = []
+    for (const r of page.rollouts) {
+      const detail = yield* run.stack.store.rollout(r.id)
+      out.push({ rolloutId: r.id, state: r.state, calls: [...detail.calls].sort((a, b) => a.seq - b.seq).map((c) => ({ status: c.status, versions: c.versions })) })
+    }
+    return out
+  })
+
+const trainedRollouts = (events: ReadonlyArray<TrainerEvent>) => events.flatMap((e) => (e._tag === "Version" ? e.rolloutIds : []))
+
+const checkInvariants = (run: RunResult, maxStaleness: number) =>
+  Effect.gen(function*() {
+    const rollouts = yield* recordedCalls(run)
+    // No harness call ever failed: a pause only delays calls. (Rollouts still running when the run
+    // ended were cancelled: their last call was cut off by the cancel, a 499.)
+    for (const r of rollouts) {
+      if (r.state === "cancelled") continue
+      for (const c of r.calls) expect(c.status, `a call of ${r.rolloutId}`).toBe(200)
+    }
+    // ... and no trained rollout failed.
+    const trained = trainedRollouts(run.events)
+    const byId = new Map(rollouts.map((r) => [r.rolloutId, r]))
+    for (const id of trained) expect(byId.get(id)?.state).toBe("succeeded")
+    // Versions per rollout never go back: no token was sampled by an old version after an update.
+    let carriedOver = 0
+    for (const r of rollouts) {
+      const versions = r.calls.flatMap((c) => [...c.versions])
+      for (let i = 1; i < versions.length; i++) expect(versions[i]!).toBeGreaterThanOrEqual(versions[i - 1]!)
+      if (trained.includes(r.rolloutId) && new Set(versions).size > 1) carriedOver++
+    }
+    // Trained once, carried-over rollouts included.
+    expect(new Set(trained).size).toBe(trained.length)
+    for (const m of run.metrics) expect(m.staleness.max).toBeLessThanOrEqual(maxStaleness)
+    return { carriedOver, trained: trained.length }
+  })
+
+describe("training schedules with real processes", () => {
+  it.scopedLive("collocated: updates while rollouts run; nothing fails, nothing is trained twice, staleness bounded", () =>
+    withRun(
+      trainerConfig({
+        schedule: "collocated",
+        batch_groups: 2,
+        group_size: 3,
+        async_groups: 4,
+        max_staleness: 1,
+        max_versions: 4,
+        checkpoint_every: 2,
+        lr: 1e-3,
+        micro_batch_tokens: 2048
+      }),
+      (run) =>
+        Effect.gen(function*() {
+          expect(run.summary.versions).toBe(4)
+          expect(run.metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])
+          const { carriedOver, trained } = yield* checkInvariants(run, 1)
+          expect(trained).toBeGreaterThanOrEqual(4 * 2 * 3 - 6)
+          // Some rollouts ran across an update and carry tokens of two versions.
+          expect(carriedOver).toBeGreaterThan(0)
+          for (const m of run.metrics) {
+            expect(m.pause.pauseSeconds).toBeGreaterThan(0)
+            expect(m.device.generating + m.device.training + m.device.idle).toBeCloseTo(1, 5)
+            expect(m.device.training).toBeGreaterThan(0)
+          }
+          const latest = yield* latestCheckpoint(path.join(run.runDir, "checkpoints"))
+          expect(latest?.cursor.version).toBe(4)
+          // The Gateway serves the newest version.
+          expect((yield* run.stack.gateway.state).version).toBe(4)
+        })
+    ), 120_000)
+
+  it.scopedLive("sync: every version trains only tokens of the version before it", () =>
+    withRun(
+      trainerConfig({ schedule: "sync", batch_groups: 2, group_size: 2, max_versions: 2, checkpoint_every: 0, lr: 1e-3, micro_batch_tokens: 2048 }),
+      (run) =>
+        Effect.gen(function*() {
+          expect(run.summary.versions).toBe(2)
+          yield* checkInvariants(run, 0)
+          for (const m of run.metrics) expect(m.staleness.histogram.slice(1).every((n) => n === 0)).toBe(true)
+        })
+    ), 120_000)
+
+  it.scopedLive("split: a second device trains and its weights reach the generation device", () =>
+    withRun(
+      trainerConfig({ schedule: "split", batch_groups: 2, group_size: 2, async_groups: 3, max_staleness: 1, max_versions: 2, checkpoint_every: 0, lr: 1e-3, micro_batch_tokens: 2048 }),
+      (run) =>
+        Effect.gen(function*() {
+          expect(run.summary.versions).toBe(2)
+          yield* checkInvariants(run, 1)
+          // The generation device got the training device's weights after each update.
+          expect((yield* run.stack.ports.generation.info).version).toBe(2)
+          for (const m of run.metrics) expect(m.pause.pauseSeconds).toBe(0)
+        })
+    ), 120_000)
+})
