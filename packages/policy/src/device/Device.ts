@@ -1,15 +1,34 @@
 /**
- * The device actor: the one place that holds the model's weights and runs the generation engine.
- * `Device.workerLayer` runs it in a worker thread of the node, so forward passes never block the
- * node's event loop (the Gateway keeps answering while the device is busy). This module loads no
- * TensorFlow.js: the handlers that do (`handlers.ts`) run in the worker.
+ * The device actor: the one place that holds the model's weights, runs the generation engine and
+ * trains. `workerLayer` runs it in a worker thread of the node, so forward and backward passes
+ * never block the node's event loop (the Gateway keeps answering while the device is busy). This
+ * module loads no TensorFlow.js: the handlers that do (`handlers.ts`) run in the worker.
+ *
+ * One process may run two devices (the split schedule: generation on `Device`, training on
+ * `TrainingDevice`); both answer the same protocol with the same handlers.
  */
-import { DeviceRpcs, type GenerateRequest, type PauseMode } from "@reins/protocol"
-import { Actor } from "@reins/runtime"
+import {
+  DeviceRpcs,
+  type DeviceWeights,
+  type GenerateRequest,
+  type PauseMode,
+  type RestoreRequest,
+  type SaveRequest,
+  type ScoreRequest,
+  type TrainRequest
+} from "@reins/protocol"
+import { Actor, type RpcGroup } from "@reins/runtime"
 import { Effect } from "effect"
 import type { BackendName } from "../backend.js"
 
+/** A device actor: a name answering `DeviceRpcs`. */
+export type DeviceActor = Actor.Actor<string, RpcGroup.Rpcs<typeof DeviceRpcs>>
+
+/** The generation device (the Gateway samples from it); in the collocated schedules it also trains. */
 export const Device = Actor.make("device", DeviceRpcs)
+
+/** The second device of the split schedule: it trains and sends its weights to `Device`. */
+export const TrainingDevice = Actor.make("training-device", DeviceRpcs)
 
 export interface DeviceOptions {
   /** The model directory to serve. */
@@ -21,18 +40,40 @@ export interface DeviceOptions {
   readonly backend?: BackendName
 }
 
-/** Runs the device actor in a worker thread of this node. */
-export const workerLayer = (options: DeviceOptions) =>
-  Device.toWorkerLayer({ entry: new URL("./worker.ts", import.meta.url), data: options })
+/** What the worker receives: the options plus the name it serves under (for its logs). */
+export interface DeviceWorkerData extends DeviceOptions {
+  readonly actorName: string
+}
+
+/** Runs a device actor (default `Device`) in a worker thread of this node. */
+export const workerLayer = (options: DeviceOptions, actor: DeviceActor = Device) =>
+  actor.toWorkerLayer({
+    entry: new URL("./worker.ts", import.meta.url),
+    data: { ...options, actorName: actor.name } satisfies DeviceWorkerData
+  })
 
 /**
- * The device seen as a generation engine (the shape the Gateway's `EngineGenerator` adapts):
- * every call is a message to the device actor, wherever it runs.
+ * A device seen as a generation engine (the shape the Gateway's `EngineGenerator` adapts) plus
+ * the Trainer's calls: every call is a message to the device actor, wherever it runs.
  */
-export const deviceEngine = Effect.map(Device.client, (device) => ({
-  generate: (request: GenerateRequest) => device.Generate(request),
-  pause: (mode: PauseMode) => device.Pause({ mode }),
-  resume: device.Resume(),
-  stats: Effect.map(device.Info(), (info) => ({ version: info.version })),
-  info: device.Info()
-}))
+export const deviceClient = (actor: DeviceActor = Device) =>
+  Effect.map(actor.client, (device) => ({
+    generate: (request: GenerateRequest) => device.Generate(request),
+    pause: (mode: PauseMode) => device.Pause({ mode }),
+    resume: device.Resume(),
+    stats: Effect.map(device.Info(), (info) => ({ version: info.version })),
+    info: device.Info(),
+    train: (request: TrainRequest) => device.Train(request),
+    score: (request: ScoreRequest) => device.Score(request),
+    getWeights: device.GetWeights(),
+    setWeights: (weights: DeviceWeights) => device.SetWeights(weights),
+    save: (request: SaveRequest) => device.Save(request),
+    restore: (request: RestoreRequest) => device.Restore(request),
+    /** The raw actor ref. */
+    device
+  }))
+
+export type DeviceClient = Effect.Effect.Success<ReturnType<typeof deviceClient>>
+
+/** The generation device as an engine (see `deviceClient`). */
+export const deviceEngine = deviceClient(Device)

@@ -1,15 +1,42 @@
-/** The device actor's handlers, run in its worker thread: load the model, start the engine. */
-import { DeviceError, DeviceInfo, type PauseMode } from "@reins/protocol"
-import { Effect, Stream } from "effect"
+/**
+ * The device actor's handlers, run in its worker thread: load the model, start the engine, and
+ * train, score, swap, save and restore weights on it.
+ *
+ * Weight changes (Train, SetWeights, Restore) and reads of the model (Score, GetWeights, Save)
+ * run one at a time. Generation does not wait for them: the engine decodes from its own snapshot
+ * of the weights, which changes only at a swap. A swap interrupts live sequences at a token
+ * boundary, sets the weights and resumes them (their next tokens carry the new version) — unless
+ * the caller paused the device, which then stays paused until the caller resumes it.
+ */
+import { DeviceError, DeviceInfo, type PauseMode, RestoreResult, SaveResult, ScoreResult, type TrainRequest, TrainResult } from "@reins/protocol"
+import { Effect, Exit, Stream } from "effect"
 import path from "node:path"
 import { initBackend } from "../backend.js"
 import { loadModelDir, type ModelDir } from "../checkpoint/modelDir.js"
+import type { WeightSource } from "../engine/decoder.js"
 import { makeEngine } from "../engine/engine.js"
 import { Transformer } from "../model/transformer.js"
+import { scoreSequences } from "../train/step.js"
+import { BusyClock } from "./busyClock.js"
+import { checkWeightsMessage, readCheckpointDir, saveCheckpointDir, weightsMessage } from "./checkpoint.js"
 import { DEFAULT_MODEL_ID, ensureDefaultPolicy } from "./defaultPolicy.js"
 import { Device, type DeviceOptions } from "./Device.js"
+import {
+  checkIds,
+  checkTrainRequest,
+  DeviceOptimizer,
+  objectiveOf,
+  packSteps,
+  runSteps,
+  SCORE_MICRO_BATCH_TOKENS,
+  withOldLogprobs
+} from "./training.js"
 
 const deviceError = (e: { readonly message: string }) => new DeviceError({ message: e.message })
+
+/** Any thrown value as a `DeviceError` (ours pass through). */
+const asDeviceError = (prefix: string) => (e: unknown): DeviceError =>
+  e instanceof DeviceError ? e : new DeviceError({ message: `${prefix}: ${e instanceof Error ? e.message : String(e)}` })
 
 const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError> =>
   (options.createDefault ? ensureDefaultPolicy(options.modelDir) : loadModelDir(options.modelDir)).pipe(
@@ -26,21 +53,138 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const policy = yield* loadPolicy(options)
     const model = Transformer.fromWeights(policy.config, policy.weights)
     const engine = yield* makeEngine({ model, tokenizer: policy.tokenizer, stopIds: policy.generationConfig.eosTokenIds })
+    const optimizer = new DeviceOptimizer(model)
+    yield* Effect.addFinalizer(() => Effect.sync(() => optimizer.dispose()))
     const modelId = options.modelId ??
       (options.createDefault ? DEFAULT_MODEL_ID : path.basename(path.resolve(options.modelDir)))
+    const clock = new BusyClock()
+    const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
+    const contextLength = policy.config.contextLength
+    /** The version the engine serves (and the model's weights are, outside a Train). */
+    let version = model.version
+    /** The caller paused the device (Pause without Resume yet): a swap must not resume it. */
+    let pausedByCaller = false
+
+    /** Puts weights into the engine as `v`: interrupt → set → resume, or just set if the caller paused. */
+    const swap = (v: number, source: WeightSource) =>
+      Effect.suspend(() =>
+        pausedByCaller
+          ? engine.setWeights(v, source)
+          : engine.interrupt.pipe(Effect.zipRight(engine.setWeights(v, source)), Effect.ensuring(engine.resume))
+      ).pipe(
+        Effect.tap(() => {
+          version = v
+          model.version = v
+        }),
+        Effect.mapError(deviceError),
+        Effect.uninterruptible
+      )
+
+    const train = (request: TrainRequest) =>
+      Effect.gen(function*() {
+        const started = performance.now()
+        const { settings } = request
+        const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
+        const objective = objectiveOf(settings)
+        const before = { weights: model.readWeights(), optimizer: optimizer.current?.exportState() }
+        const rollback = Effect.sync(() => {
+          model.setWeights(before.weights)
+          optimizer.restore(before.optimizer)
+        })
+        const steps = yield* Effect.gen(function*() {
+          const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
+          // π_old for the PPO ratio: exact without it for the first step only
+          const sequences = objective.kind === "pg" && checked.length > 1
+            ? yield* Effect.try({ try: () => withOldLogprobs(model, checked, settings), catch: asDeviceError("Train: scoring π_old") })
+            : checked
+          const batches = yield* Effect.try({ try: () => packSteps(sequences, settings), catch: asDeviceError("Train") })
+          return yield* runSteps(model, adam, batches, objective)
+        }).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : rollback)))
+        yield* swap(version + 1, model).pipe(Effect.tapError(() => rollback))
+        return new TrainResult({ version, steps, seconds: (performance.now() - started) / 1000 })
+      })
+
+    /** Train, counted as training time in the busy clock. */
+    const timedTrain = (request: Parameters<typeof train>[0]) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => clock.trainingStarted()),
+        () => train(request),
+        () => Effect.sync(() => clock.trainingEnded())
+      )
+
     return Device.of({
       Info: () =>
-        Effect.map(engine.stats, (stats) =>
+        Effect.sync(() =>
           new DeviceInfo({
             modelId,
             modelDir: path.resolve(options.modelDir),
-            contextLength: policy.config.contextLength,
+            contextLength,
             defaultMaxTokens: policy.generationConfig.maxNewTokens,
-            version: stats.version,
-            backend
-          })),
-      Generate: (request) => Stream.mapError(engine.generate(request), deviceError),
-      Pause: ({ mode }: { readonly mode: PauseMode }) => Effect.asVoid(engine.pause(mode)),
-      Resume: () => engine.resume
+            version,
+            backend,
+            ...clock.read()
+          })
+        ),
+      Generate: (request) =>
+        Stream.unwrapScoped(
+          Effect.acquireRelease(Effect.sync(() => clock.generationStarted()), () => Effect.sync(() => clock.generationEnded())).pipe(
+            Effect.as(Stream.mapError(engine.generate(request), deviceError))
+          )
+        ),
+      Pause: ({ mode }: { readonly mode: PauseMode }) =>
+        Effect.suspend(() => {
+          pausedByCaller = true
+          return engine.pause(mode)
+        }).pipe(Effect.tap(() => clock.setPaused(true)), Effect.asVoid),
+      Resume: () =>
+        Effect.suspend(() => {
+          pausedByCaller = false
+          clock.setPaused(false)
+          return engine.resume
+        }),
+      Train: (request) => exclusive(timedTrain(request)),
+      Score: ({ sequences }) =>
+        exclusive(Effect.try({
+          try: () => {
+            sequences.forEach((tokens, i) => {
+              checkIds(tokens, model.config.vocabSize, `Score: sequence ${i}`)
+              if (tokens.length - 1 > contextLength) {
+                throw new DeviceError({ message: `Score: sequence ${i} has ${tokens.length} tokens; the model's context is ${contextLength}` })
+              }
+            })
+            const scored = scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
+              maxTokens: SCORE_MICRO_BATCH_TOKENS,
+              maxSeqLen: contextLength
+            })
+            for (const lp of scored) if (lp.length > 0) lp[0] = 0
+            return new ScoreResult({ version, logprobs: scored })
+          },
+          catch: asDeviceError("Score")
+        })),
+      GetWeights: () => exclusive(Effect.sync(() => weightsMessage(model, version))),
+      SetWeights: (message) =>
+        exclusive(Effect.gen(function*() {
+          const weights = yield* Effect.try({ try: () => checkWeightsMessage(model, message), catch: asDeviceError("SetWeights") })
+          // the engine first: if it fails, nothing changed
+          yield* swap(message.version, weights)
+          model.setWeights(weights, message.version)
+        })),
+      Save: ({ dir, optimizer: withOptimizer }) =>
+        exclusive(Effect.gen(function*() {
+          const state = withOptimizer ? optimizer.current?.exportState() : undefined
+          const contents: ModelDir = { ...policy, config: policy.config.withVersion(version), weights: model.readWeights() }
+          yield* saveCheckpointDir(dir, contents, state)
+          return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
+        })),
+      Restore: ({ dir, version: requested }) =>
+        exclusive(Effect.gen(function*() {
+          const checkpoint = yield* readCheckpointDir(model, dir)
+          const v = requested ?? checkpoint.version
+          const before = optimizer.current?.exportState()
+          yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") })
+          yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => optimizer.restore(before))))
+          model.setWeights(checkpoint.weights, v)
+          return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
+        }))
     })
   })

@@ -1,3 +1,12 @@
-export { Device, deviceEngine, workerLayer as deviceWorkerLayer, type DeviceOptions } from "./Device.js"
+export {
+  Device,
+  type DeviceActor,
+  type DeviceClient,
+  deviceClient,
+  deviceEngine,
+  type DeviceOptions,
+  TrainingDevice,
+  workerLayer as deviceWorkerLayer
+} from "./Device.js"
 export { deviceHandlers } from "./handlers.js"
 export { DEFAULT_MODEL_ID, defaultTokenizer, ensureDefaultPolicy } from "./defaultPolicy.js"

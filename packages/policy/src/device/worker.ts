@@ -1,6 +1,7 @@
-/** Worker-thread entry of the device actor (see `Device.workerLayer`). */
+/** Worker-thread entry of a device actor (see `workerLayer` in Device.ts). */
 import { Worker } from "@reins/runtime"
-import { Device, type DeviceOptions } from "./Device.js"
+import { Device, type DeviceWorkerData } from "./Device.js"
 import { deviceHandlers } from "./handlers.js"
 
-Worker.serve(Device, deviceHandlers(Worker.data() as DeviceOptions))
+const data = Worker.data() as DeviceWorkerData
+Worker.serve({ name: data.actorName ?? Device.name, protocol: Device.protocol }, deviceHandlers(data))

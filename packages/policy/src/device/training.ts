@@ -1,0 +1,208 @@
+/**
+ * The device side of `Train` and `Score`: checking the Trainer's samples against the model,
+ * π_old before a multi-step update, packing, one `trainStep` per step, and the stats as they go
+ * on the wire. Runs in the device's worker (loads TensorFlow.js).
+ */
+import { DeviceError, PgStepStats, type TrainRequest, type TrainSample, type TrainSettings, TrainStepStats } from "@reins/protocol"
+import { Effect } from "effect"
+import type { ModelConfig } from "../model/config.js"
+import type { Transformer } from "../model/transformer.js"
+import type { Objective } from "../train/losses.js"
+import { type MicroBatch, packSequences, type TrainingSequence } from "../train/microbatch.js"
+import { AdamW } from "../train/optimizer.js"
+import { scoreSequences, type StepStats, trainStep } from "../train/step.js"
+
+/** Forward passes of `Score` stay within this many token slots (the wasm heap bound). */
+export const SCORE_MICRO_BATCH_TOKENS = 4096
+
+/** Lets the event loop run (RPCs, the engine's steps) between two long synchronous computations. */
+export const yieldToEventLoop = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
+const invalid = (message: string) => new DeviceError({ message: `Train: ${message}` })
+
+export const checkIds = (tokens: Int32Array, vocabSize: number, where: string): void => {
+  for (let i = 0; i < tokens.length; i++) {
+    const id = tokens[i]!
+    if (!(id >= 0 && id < vocabSize)) throw new DeviceError({ message: `${where}: token id ${id} at position ${i} is outside the vocabulary of ${vocabSize}` })
+  }
+}
+
+/** Checks one sample; returns it as a `TrainingSequence`. Throws `DeviceError` naming the sample. */
+const toSequence = (sample: TrainSample, where: string, settings: TrainSettings, config: ModelConfig): TrainingSequence => {
+  const n = sample.tokens.length
+  if (n < 2) throw invalid(`${where} has ${n} token(s); a sample needs at least 2 (one prediction)`)
+  if (n - 1 > settings.maxSeqLen) {
+    throw invalid(`${where} has ${n} tokens (${n - 1} predictions), more than maxSeqLen ${settings.maxSeqLen}`)
+  }
+  checkIds(sample.tokens, config.vocabSize, `Train: ${where}`)
+  const aligned = (name: string, a: Float32Array | undefined) => {
+    if (a !== undefined && a.length !== n) throw invalid(`${where}: ${name} has ${a.length} entries for ${n} tokens`)
+  }
+  aligned("weights", sample.weights)
+  aligned("advantages", sample.advantages)
+  aligned("behaviorLogprobs", sample.behaviorLogprobs)
+  if (settings.objective.kind === "pg" && (sample.advantages === undefined || sample.behaviorLogprobs === undefined)) {
+    throw invalid(`${where}: the pg objective needs advantages and behaviorLogprobs`)
+  }
+  for (let i = 1; i < n; i++) {
+    const w = sample.weights[i]!
+    if (!Number.isFinite(w)) throw invalid(`${where}: weight ${w} at position ${i} is not finite`)
+    if (w === 0 || settings.objective.kind !== "pg") continue
+    const a = sample.advantages![i]!
+    const b = sample.behaviorLogprobs![i]!
+    if (!Number.isFinite(a)) throw invalid(`${where}: advantage ${a} at position ${i} is not finite`)
+    if (!(b <= 0)) throw invalid(`${where}: behavior logprob ${b} at position ${i} is not a finite value ≤ 0`)
+  }
+  return {
+    tokens: sample.tokens,
+    weights: sample.weights,
+    ...(sample.advantages !== undefined ? { advantages: sample.advantages } : {}),
+    ...(sample.behaviorLogprobs !== undefined ? { behaviorLogprobs: sample.behaviorLogprobs } : {})
+  }
+}
+
+/** The request's samples as steps × micro-batches × sequences, all checked. */
+export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): Array<Array<Array<TrainingSequence>>> => {
+  const { settings, steps } = request
+  if (steps.length === 0) throw invalid("no steps")
+  if (settings.maxSeqLen > config.contextLength) {
+    throw invalid(`maxSeqLen ${settings.maxSeqLen} is more than the model's context of ${config.contextLength}`)
+  }
+  return steps.map((step, s) => {
+    if (step.length === 0) throw invalid(`step ${s} has no micro-batches`)
+    return step.map((micro, m) => {
+      if (micro.length === 0) throw invalid(`step ${s}, micro-batch ${m} has no samples`)
+      return micro.map((sample, k) => toSequence(sample, `step ${s}, micro-batch ${m}, sample ${k}`, settings, config))
+    })
+  })
+}
+
+/** Adds π_old (the current weights' logprobs) to every sequence: the PPO ratio's denominator. */
+export const withOldLogprobs = (
+  model: Transformer,
+  steps: Array<Array<Array<TrainingSequence>>>,
+  settings: TrainSettings
+): Array<Array<Array<TrainingSequence>>> => {
+  const flat = steps.flat(2)
+  const old = scoreSequences(model, flat, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
+  let i = 0
+  return steps.map((step) => step.map((micro) => micro.map((seq) => ({ ...seq, oldLogprobs: old[i++]! }))))
+}
+
+/** Each step's micro-batches, packed under the token budget. */
+export const packSteps = (steps: Array<Array<Array<TrainingSequence>>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
+  steps.map((step) => step.flatMap((micro) => packSequences(micro, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })))
+
+export const objectiveOf = (settings: TrainSettings): Objective =>
+  settings.objective.kind === "pg"
+    ? {
+      kind: "pg",
+      clipLow: settings.objective.clipLow,
+      clipHigh: settings.objective.clipHigh,
+      dualClip: settings.objective.dualClip,
+      tisCap: settings.objective.tisCap
+    }
+    : { kind: "sft" }
+
+export const toStepStats = (s: StepStats): TrainStepStats =>
+  new TrainStepStats({
+    loss: s.loss,
+    tokens: s.tokens,
+    microBatches: s.microBatches,
+    gradNorm: s.gradNorm,
+    clipped: s.clipped,
+    lr: s.lr,
+    entropy: s.entropy,
+    ...(s.pg !== undefined
+      ? {
+        pg: new PgStepStats({
+          clipFraction: s.pg.clipFraction,
+          dualClipFraction: s.pg.dualClipFraction,
+          meanRatio: s.pg.meanRatio,
+          meanImportanceWeight: s.pg.meanImportanceWeight,
+          truncatedFraction: s.pg.truncatedFraction,
+          approxKl: s.pg.approxKl
+        })
+      }
+      : {}),
+    seconds: s.seconds
+  })
+
+/**
+ * The device's AdamW, kept across updates. The learning rate is read at every step (so each
+ * request sets it); weight decay and clipping are fixed at construction, so a request that
+ * changes them gets a new optimizer carrying the moments and step count over.
+ */
+export class DeviceOptimizer {
+  private adam: AdamW | undefined
+  private lr = 0
+  private weightDecay = 0
+  private maxGradNorm: number | undefined
+
+  constructor(private readonly model: Transformer) {}
+
+  get current(): AdamW | undefined {
+    return this.adam
+  }
+
+  /** The optimizer for an update with these settings. */
+  configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): AdamW {
+    this.lr = settings.lr
+    if (this.adam !== undefined && this.weightDecay === settings.weightDecay && this.maxGradNorm === settings.maxGradNorm) return this.adam
+    const state = this.adam?.exportState()
+    this.weightDecay = settings.weightDecay
+    this.maxGradNorm = settings.maxGradNorm
+    const next = this.make()
+    if (state !== undefined) next.importState(state)
+    this.adam?.dispose()
+    this.adam = next
+    return next
+  }
+
+  /** Takes restored state (checked first: on error nothing changes); `undefined` starts fresh. */
+  restore(state: { readonly step: number; readonly tensors: Record<string, Float32Array> } | undefined): void {
+    if (state === undefined) {
+      this.adam?.dispose()
+      this.adam = undefined
+      return
+    }
+    const next = this.make()
+    try {
+      next.importState(state)
+    } catch (e) {
+      next.dispose()
+      throw e
+    }
+    this.adam?.dispose()
+    this.adam = next
+  }
+
+  dispose(): void {
+    this.adam?.dispose()
+    this.adam = undefined
+  }
+
+  private make(): AdamW {
+    return new AdamW(this.model.params, {
+      lr: () => this.lr,
+      weightDecay: this.weightDecay,
+      ...(this.maxGradNorm !== undefined ? { maxGradNorm: this.maxGradNorm } : {})
+    })
+  }
+}
+
+/** Runs the update's steps (yielding to the event loop between them). */
+export const runSteps = (
+  model: Transformer,
+  optimizer: AdamW,
+  steps: Array<Array<MicroBatch>>,
+  objective: Objective
+): Effect.Effect<Array<TrainStepStats>, DeviceError> =>
+  Effect.forEach(steps, (batches, s) =>
+    Effect.try({
+      try: () => toStepStats(trainStep(model, optimizer, batches, objective)),
+      catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
+    }).pipe(Effect.zipLeft(yieldToEventLoop)))
