@@ -1,0 +1,315 @@
+/**
+ * The three schedules, driven over one simulated cluster:
+ * - sync: start `batch_groups` groups, wait for all, train on every device, repeat;
+ * - collocated (drain | interrupt): keep `async_groups` groups running; when `batch_groups`
+ *   whole groups are finished, close the gate, either let in-flight generations finish (drain)
+ *   or stop them at a token boundary (interrupt), train on the same devices, reopen;
+ * - split: some devices only generate, the others only train; after each update the generation
+ *   devices stop for a weight sync.
+ * Async schedules admit a group only while the rollouts started stay within
+ * (version + max_staleness + 1) × batch, the admission bound of the real controller.
+ *
+ * Throughput is measured between the end of update `warmup_updates` and the end of update
+ * `warmup_updates + updates`, so the start-up (empty pipeline) doesn't count.
+ */
+import { Cluster, type Group, type Rollout } from "./cluster.js"
+import { EventQueue } from "./heap.js"
+import { updateTime, type WorkloadProfile } from "./profile.js"
+import { WorkloadSampler } from "./workload.js"
+
+export const schedules = ["sync", "collocated-drain", "collocated-interrupt", "split"] as const
+export type Schedule = (typeof schedules)[number]
+
+export interface SimConfig {
+  readonly schedule: Schedule
+  /** Devices in total (split: generation + training). */
+  readonly devices: number
+  /** Rollouts per group (GRPO group size). */
+  readonly n: number
+  /** Whole groups per update: the batch is batch_groups × n rollouts. */
+  readonly batch_groups: number
+  /** Async schedules: groups kept running. Ignored by sync. */
+  readonly async_groups: number
+  readonly max_staleness: number
+  /** Updates measured, after `warmup_updates` that are not. */
+  readonly updates: number
+  readonly warmup_updates: number
+  readonly tail: number
+  readonly seed: number
+  /** Split: fraction of the devices that train (the rest generate). */
+  readonly split_train_fraction: number
+  /** Keep the admission and update trace (tests, timelines). */
+  readonly trace?: boolean
+}
+
+export interface UpdateTrace {
+  readonly version: number
+  readonly start: number
+  readonly end: number
+  readonly rollouts: number
+  readonly tokens: number
+}
+
+export interface SimResult {
+  readonly schedule: Schedule
+  readonly devices: number
+  readonly generation_devices: number
+  readonly training_devices: number
+  readonly rollouts_per_s: number
+  readonly rollouts_per_s_per_device: number
+  readonly tokens_trained_per_s: number
+  /** Fractions of device-time in the window (sum to 1). */
+  readonly busy: { readonly generating: number; readonly training: number; readonly overhead: number; readonly idle: number }
+  /** Mean sequences decoded together while a generation device was busy. */
+  readonly mean_decode_concurrency: number
+  /** Share of model calls held by a pause, and their mean added latency. */
+  readonly held_call_fraction: number
+  readonly held_mean_s: number
+  /** Updates a trained rollout's start lagged behind: histogram and max. */
+  readonly staleness: Readonly<Record<string, number>>
+  readonly max_staleness_seen: number
+  readonly window_s: number
+  readonly rollouts_trained: number
+  readonly events: number
+  readonly trace?: {
+    /** Every group admission: time, version then, and rollouts started including this group. */
+    readonly admissions: ReadonlyArray<{ readonly t: number; readonly version: number; readonly started: number }>
+    readonly updates: ReadonlyArray<UpdateTrace>
+  }
+}
+
+export class ConfigError extends Error {
+  readonly _tag = "ConfigError"
+  constructor(reason: string) {
+    super(`simulation config: ${reason}`)
+    this.name = "ConfigError"
+  }
+}
+
+const checkConfig = (c: SimConfig): void => {
+  const int = (k: keyof SimConfig, min: number) => {
+    const v = c[k]
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min) throw new ConfigError(`${k} must be an integer >= ${min}, got ${String(v)}`)
+  }
+  int("devices", c.schedule === "split" ? 2 : 1)
+  int("n", 1)
+  int("batch_groups", 1)
+  int("max_staleness", 0)
+  int("updates", 1)
+  int("warmup_updates", 0)
+  if (c.schedule !== "sync" && c.async_groups < c.batch_groups) throw new ConfigError(`async_groups (${c.async_groups}) must be >= batch_groups (${c.batch_groups}), or no update ever fills`)
+  if (!(c.tail >= 1)) throw new ConfigError(`tail must be >= 1, got ${c.tail}`)
+  if (!(c.split_train_fraction > 0 && c.split_train_fraction < 1)) throw new ConfigError(`split_train_fraction must be in (0, 1), got ${c.split_train_fraction}`)
+}
+
+/** Simulates one configuration. Pure: the same profile and config give the same result. */
+export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
+  checkConfig(c)
+  const q = new EventQueue()
+  const sampler = new WorkloadSampler(profile, c.tail, c.seed)
+  const dev = profile.device
+  const batch = c.batch_groups * c.n
+  const split = c.schedule === "split"
+  const trainDevices = split ? Math.min(c.devices - 1, Math.max(1, Math.round(c.devices * c.split_train_fraction))) : c.devices
+  const genDevices = split ? c.devices - trainDevices : c.devices
+
+  let version = 0
+  let started = 0
+  let running = 0 // groups started and not yet finished
+  let nextRollout = 0
+  let nextGroup = 0
+  const ready: Array<Group> = [] // finished groups waiting for an update, in finish order
+  const admissions: Array<{ t: number; version: number; started: number }> = []
+  const updates: Array<UpdateTrace> = []
+  const staleness = new Map<number, number>()
+  let overheadDeviceSeconds = 0
+  let trainingDeviceSeconds = 0
+  let windowStart: { t: number; generating: number; seqSeconds: number; overhead: number; training: number } | undefined
+  let result: SimResult | undefined
+
+  const onFinished = (r: Rollout) => {
+    if (++r.group.finished < c.n) return
+    running--
+    ready.push(r.group)
+    schedule.groupFinished()
+  }
+  const cluster = new Cluster(q, genDevices, dev.decode, onFinished)
+
+  const startGroup = () => {
+    const group: Group = { id: nextGroup++, rollouts: [], finished: 0 }
+    started += c.n
+    running++
+    if (c.trace === true) admissions.push({ t: q.now, version, started })
+    for (const spec of sampler.group(c.n)) {
+      const r: Rollout = { id: nextRollout++, spec, group, startVersion: version, device: cluster.pick(), startedAt: q.now, turn: 0, heldSince: 0, finishedAt: NaN }
+      group.rollouts.push(r)
+      cluster.start(r)
+    }
+  }
+
+  /** Async admission: keep async_groups running within the staleness bound. */
+  const admit = () => {
+    while (running < c.async_groups && started + c.n <= (version + c.max_staleness + 1) * batch) startGroup()
+  }
+
+  /** Takes one batch off the ready queue; returns its trained tokens and records staleness. */
+  const takeBatch = (): { tokens: number; rollouts: number } => {
+    let tokens = 0, rollouts = 0
+    for (const g of ready.splice(0, c.batch_groups)) {
+      for (const r of g.rollouts) {
+        tokens += r.spec.train_tokens
+        rollouts++
+        const s = version - r.startVersion
+        if (updates.length >= c.warmup_updates) staleness.set(s, (staleness.get(s) ?? 0) + 1)
+      }
+    }
+    return { tokens, rollouts }
+  }
+
+  const snapshot = () => {
+    let generating = 0, seqSeconds = 0
+    for (const d of cluster.devices) {
+      generating += d.generating
+      seqSeconds += d.seqSeconds
+    }
+    return { t: q.now, generating, seqSeconds, overhead: overheadDeviceSeconds, training: trainingDeviceSeconds }
+  }
+
+  /** An update took effect: bump the version, and open or close the measuring window. */
+  const updated = (start: number, batchInfo: { tokens: number; rollouts: number }) => {
+    updates.push({ version, start, end: q.now, ...batchInfo })
+    version++
+    if (updates.length === c.warmup_updates) windowStart = snapshot()
+    if (updates.length === c.warmup_updates + c.updates) {
+      result = finish(windowStart ?? { t: 0, generating: 0, seqSeconds: 0, overhead: 0, training: 0 }, snapshot())
+      q.stop()
+    }
+  }
+
+  const finish = (a: ReturnType<typeof snapshot>, b: ReturnType<typeof snapshot>): SimResult => {
+    const window = b.t - a.t
+    const measured = updates.slice(c.warmup_updates)
+    const rollouts = measured.reduce((s, u) => s + u.rollouts, 0)
+    const tokens = measured.reduce((s, u) => s + u.tokens, 0)
+    const deviceTime = window * c.devices
+    const generating = (b.generating - a.generating) / deviceTime
+    const training = (b.training - a.training) / deviceTime
+    const overhead = (b.overhead - a.overhead) / deviceTime
+    const hist: Record<string, number> = {}
+    for (const [k, v] of [...staleness].sort((x, y) => x[0] - y[0])) hist[String(k)] = v
+    return {
+      schedule: c.schedule,
+      devices: c.devices,
+      generation_devices: genDevices,
+      training_devices: trainDevices,
+      rollouts_per_s: rollouts / window,
+      rollouts_per_s_per_device: rollouts / window / c.devices,
+      tokens_trained_per_s: tokens / window,
+      busy: { generating, training, overhead, idle: Math.max(0, 1 - generating - training - overhead) },
+      mean_decode_concurrency: b.generating > a.generating ? (b.seqSeconds - a.seqSeconds) / (b.generating - a.generating) : 0,
+      held_call_fraction: cluster.calls > 0 ? cluster.heldCalls / cluster.calls : 0,
+      held_mean_s: cluster.heldCalls > 0 ? cluster.heldSeconds / cluster.heldCalls : 0,
+      staleness: hist,
+      max_staleness_seen: Math.max(0, ...staleness.keys()),
+      window_s: window,
+      rollouts_trained: rollouts,
+      events: q.events,
+      ...(c.trace === true ? { trace: { admissions, updates } } : {})
+    }
+  }
+
+  /** Trains one batch on `devices` training devices for the modelled time plus `extra` seconds. */
+  const train = (devices: number, extra: number, then: (start: number, b: { tokens: number; rollouts: number }) => void) => {
+    const start = q.now
+    const b = takeBatch()
+    const t = updateTime(dev, b.tokens, devices)
+    trainingDeviceSeconds += t * devices
+    overheadDeviceSeconds += extra * devices
+    q.after(t + extra, () => then(start, b))
+  }
+
+  const schedule = pickSchedule()
+  schedule.begin()
+  q.run(200_000_000)
+  if (result === undefined) throw new Error(`simulation of ${c.schedule} ended before ${c.warmup_updates + c.updates} updates (no more events)`)
+  return result
+
+  function pickSchedule(): { begin: () => void; groupFinished: () => void } {
+    switch (c.schedule) {
+      case "sync": {
+        const iteration = () => {
+          for (let i = 0; i < c.batch_groups; i++) startGroup()
+        }
+        return {
+          begin: iteration,
+          groupFinished: () => {
+            if (ready.length < c.batch_groups) return
+            train(c.devices, 0, (start, b) => {
+              updated(start, b)
+              iteration()
+            })
+          }
+        }
+      }
+      case "collocated-drain":
+      case "collocated-interrupt": {
+        const interrupt = c.schedule === "collocated-interrupt"
+        let updating = false
+        const maybeUpdate = () => {
+          if (updating || ready.length < c.batch_groups) return
+          updating = true
+          cluster.closeGate()
+          const update = () =>
+            train(c.devices, dev.pause_s, (start, b) => {
+              updated(start, b)
+              updating = false
+              if (interrupt) cluster.unfreeze()
+              cluster.openGate()
+              admit()
+              maybeUpdate()
+            })
+          // Interrupt: in-flight sequences stop where they are and continue after the update.
+          if (interrupt) {
+            cluster.freeze()
+            update()
+          } else cluster.whenDrained(update)
+        }
+        return {
+          begin: admit,
+          groupFinished: () => {
+            maybeUpdate()
+            admit()
+          }
+        }
+      }
+      case "split": {
+        let training = false
+        const maybeTrain = () => {
+          if (training || ready.length < c.batch_groups) return
+          training = true
+          train(trainDevices, 0, (start, b) => {
+            // Weight sync: generation stops mid-token for a brief swap, then continues.
+            cluster.freeze()
+            cluster.closeGate()
+            overheadDeviceSeconds += dev.weight_sync_s * genDevices
+            q.after(dev.weight_sync_s, () => {
+              updated(start, b)
+              training = false
+              cluster.unfreeze()
+              cluster.openGate()
+              admit()
+              maybeTrain()
+            })
+          })
+        }
+        return {
+          begin: admit,
+          groupFinished: () => {
+            maybeTrain()
+            admit()
+          }
+        }
+      }
+    }
+  }
+}
