@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+/**
+ * The calc verifier: prints `1` when the harness's last `ANSWER:` line equals the task's
+ * reference answer, else `0`. Run by reins after the harness exits, with the whole task line
+ * (reference answer included) in REINS_TASK_FILE / REINS_TASK and the harness's output in
+ * REINS_STDOUT_FILE. A harness that printed no answer (crashed, timed out) simply scores 0;
+ * a task without a numeric `answer` is a configuration error (exit 2, reported by reins).
+ */
+import { readFileSync } from "node:fs"
+import { ANSWER_PREFIX } from "./agent.mjs"
+
+const fail = (message) => {
+  process.stderr.write(`calc verifier: ${message}\n`)
+  process.exit(2)
+}
+
+const readOr = (path, fallback) => {
+  if (!path) return fallback
+  try {
+    return readFileSync(path, "utf8")
+  } catch (e) {
+    return fallback ?? fail(`cannot read ${path}: ${e.message}`)
+  }
+}
+
+const taskText = readOr(process.env.REINS_TASK_FILE, process.env.REINS_TASK)
+if (taskText === undefined) fail("no task: REINS_TASK_FILE or REINS_TASK must hold the task line")
+let task
+try {
+  task = JSON.parse(taskText)
+} catch {
+  fail(`the task is not JSON: ${taskText.slice(0, 200)}`)
+}
+const expected = task?.answer
+if (typeof expected !== "number" || !Number.isFinite(expected)) fail(`task ${task?.id ?? "?"} has no numeric "answer"`)
+
+if (!process.env.REINS_STDOUT_FILE) fail("REINS_STDOUT_FILE is not set")
+// A missing output file means the harness wrote nothing: no answer, reward 0.
+const stdout = readOr(process.env.REINS_STDOUT_FILE, "")
+const line = stdout.split(/\r?\n/).map((l) => l.trim()).filter((l) => l.startsWith(ANSWER_PREFIX)).at(-1)
+const given = line === undefined ? "" : line.slice(ANSWER_PREFIX.length).trim()
+// Numbers compare as numbers ("85.0" is 85), with room for the tool's 6-decimal rounding.
+const correct = /^-?\d+(\.\d+)?$/.test(given) && Math.abs(Number(given) - expected) < 1e-6
+process.stdout.write(correct ? "1\n" : "0\n")
