@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
-import { HarnessSpec, type Task, type TrainerConfig, VerifierSpec } from "@reins/protocol"
+import { HarnessSpec, type TrainerConfig, VerifierSpec } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
 import { latestCheckpoint, readJsonl, runTraining, type TrainerEvent, trainerConfig } from "@reins/trainer"
 import { VersionMetrics } from "@reins/protocol"
@@ -33,7 +33,7 @@ const harness = new HarnessSpec({
 const tasks = (n: number) => {
   let next = 0
   return {
-    next: Effect.sync((): Option.Option<Task> => (next < n ? Option.some(new TaskClass({ id: `t${next++}`, input: { n: next } })) : Option.none())),
+    next: Effect.sync(() => (next < n ? Option.some({ task: new TaskClass({ id: `t${next++}`, input: { n: next } }) }) : Option.none())),
     position: Effect.sync(() => next)
   }
 }

@@ -6,7 +6,7 @@
 import { HttpServer } from "@effect/platform"
 import { Gateway } from "@reins/gateway"
 import { Device, TrainingDevice, workerLayer as deviceWorkerLayer } from "@reins/policy/device"
-import type { HarnessSpec, Task } from "@reins/protocol"
+import type { HarnessSpec } from "@reins/protocol"
 import { type ActorSystem } from "@reins/runtime"
 import { AttemptLedger, launcherActorLayer, RolloutController, type RolloutControllerService } from "@reins/rollout/controller"
 import { devicePort, trainerError, type TrainerPorts } from "@reins/trainer"
@@ -87,7 +87,8 @@ export const localStack = (options: LocalStackOptions): Effect.Effect<LocalStack
 
 /** The controller as the Trainer sees it: groups of one task, admission by group. */
 export const controllerPort = (controller: RolloutControllerService): TrainerPorts["controller"] => ({
-  submit: (task: Task, size: number) => Effect.mapError(controller.submit({ task, size }), trainerError("submit a group")),
+  submit: (item, size, groupId) =>
+    Effect.mapError(controller.submit({ task: item.task, taskExtra: item.extra, size, groupId }), trainerError("submit a group")),
   awaitGroup: (groupId) => Effect.mapError(controller.awaitGroup(groupId), trainerError("await a group")),
   setAdmission: (admission) => controller.setAdmission(admission === null ? null : (request) => admission(request.groupId)),
   reconsider: controller.reconsider,

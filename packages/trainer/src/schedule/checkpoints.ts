@@ -19,12 +19,14 @@ import { TrainerError } from "./ports.js"
 
 export class Cursor extends Schema.Class<Cursor>("Cursor")({
   version: Schema.Int,
+  /** Updates the run has made so far (`max_versions` counts them across restarts). */
+  versions: Schema.Int,
   /** Groups trained (or found untrainable) so far: the admission budget restarts from here. */
   consumedGroups: Schema.Int,
   /** The task source's position (see `TaskSource.position`). */
   tasks: Schema.Unknown,
   /** Tasks handed out but not trained at checkpoint time, in the order they were handed out. */
-  pending: Schema.Array(Task),
+  pending: Schema.Array(Schema.Struct({ task: Task, extra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })),
   /** Wall seconds of the run up to the checkpoint. */
   wallSeconds: Schema.Number
 }) {}

@@ -22,18 +22,25 @@ export const trainerError = (operation: string) => (e: unknown) =>
     message: typeof e === "object" && e !== null && "message" in e ? String((e as { message: unknown }).message) : String(e)
   })
 
+/** A task and the other fields of its task-set line (a reference answer, ...: the verifier sees them). */
+export interface TaskItem {
+  readonly task: Task
+  readonly extra?: Readonly<Record<string, unknown>> | undefined
+}
+
 /** The next tasks to train on (a seeded, resumable order; see the rollout package's task queue). */
 export interface TaskSource {
-  readonly next: Effect.Effect<Option.Option<Task>, TrainerError>
+  readonly next: Effect.Effect<Option.Option<TaskItem>, TrainerError>
   /** Where the source stands, saved with checkpoints (JSON). */
   readonly position: Effect.Effect<unknown>
 }
 
-/** Asked before a rollout of a group starts; see `StalenessGate.admit`. */
+/** Asked before a rollout of a group starts; see `StalenessGate.admit`. Groups the run did not submit are not its business. */
 export type GroupAdmission = (groupId: string) => Effect.Effect<boolean>
 
 export interface ControllerPort {
-  readonly submit: (task: Task, size: number) => Effect.Effect<SubmittedGroup, TrainerError>
+  /** `groupId` is chosen by the Trainer (unique in the run), so admission can recognise the group from its first rollout on. */
+  readonly submit: (item: TaskItem, size: number, groupId: string) => Effect.Effect<SubmittedGroup, TrainerError>
   /** Waits for every rollout of the group to end (pushed by the controller, never polled). */
   readonly awaitGroup: (groupId: string) => Effect.Effect<ReadonlyArray<RolloutEnded>, TrainerError>
   readonly setAdmission: (admission: GroupAdmission | null) => Effect.Effect<void>

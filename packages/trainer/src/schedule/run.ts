@@ -13,12 +13,13 @@
  *
  * The loop owns all run state in one fiber; the controller's admission hook only reads it.
  */
-import { type Task, type TrainerConfig, VersionMetrics } from "@reins/protocol"
+import { type TrainerConfig, VersionMetrics } from "@reins/protocol"
 import { Effect, FiberSet, Option, PubSub, Queue, type Scope } from "effect"
+import { randomBytes } from "node:crypto"
 import path from "node:path"
 import { type JsonlWriter, openJsonl } from "../jsonl.js"
 import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
-import { type DeviceClockReading, type RolloutEnded, type TrainerError, trainerError, type TrainerPorts } from "./ports.js"
+import { type DeviceClockReading, type RolloutEnded, type TaskItem, type TrainerError, trainerError, type TrainerPorts } from "./ports.js"
 import { type GroupState, StalenessGate } from "./StalenessGate.js"
 import { deviceBusy, runUpdate, updateMetrics } from "./update.js"
 
@@ -48,23 +49,25 @@ export interface RunSummary {
 }
 
 interface GroupEntry {
-  readonly task: Task
+  readonly task: TaskItem
   readonly seq: number
-  readonly rolloutIds: ReadonlyArray<string>
+  rolloutIds: ReadonlyArray<string>
   ended: ReadonlyArray<RolloutEnded> | null
 }
 
 /** The loop's state. Only the loop fiber writes it. */
 class RunState {
   version: number
-  versions = 0
+  /** Updates made by the run (across restarts). */
+  versions: number
   seq = 0
   tasksLeft = true
   readonly groups = new Map<string, GroupEntry>()
-  readonly pending: Array<Task>
+  readonly pending: Array<TaskItem>
 
   constructor(readonly gate: StalenessGate, resume: Cursor | undefined) {
     this.version = resume?.version ?? 0
+    this.versions = resume?.versions ?? 0
     this.pending = [...(resume?.pending ?? [])]
     if (resume !== undefined) gate.restore(resume.consumedGroups)
   }
@@ -102,8 +105,14 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     )
     const info = yield* ports.generation.info
     const started = performance.now() - (options.resume?.wallSeconds ?? 0) * 1000
+    // Group ids are unique per run incarnation: a resumed run must not reuse its predecessor's.
+    const nonce = randomBytes(3).toString("hex")
 
-    yield* ports.controller.setAdmission((groupId) => Effect.sync(() => state.gate.admit(groupId, state.version)))
+    // Only the run's own groups count against the staleness budget (evaluations, leftovers of
+    // another run and anything else submitted to the controller pass).
+    yield* ports.controller.setAdmission((groupId) =>
+      Effect.sync(() => !state.groups.has(groupId) || state.gate.admit(groupId, state.version))
+    )
     yield* Effect.addFinalizer(() => ports.controller.setAdmission(null))
 
     const nextTask = Effect.gen(function*() {
@@ -120,11 +129,15 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
           state.tasksLeft = false
           break
         }
-        const submitted = yield* ports.controller.submit(task.value, config.group_size)
-        state.groups.set(submitted.groupId, { task: task.value, seq: state.seq++, rolloutIds: submitted.rolloutIds, ended: null })
+        const groupId = `${nonce}.${state.seq}.${task.value.task.id}`
+        const entry: GroupEntry = { task: task.value, seq: state.seq++, rolloutIds: [], ended: null }
+        // Known before the controller can ask to admit its first rollout.
+        state.groups.set(groupId, entry)
+        const submitted = yield* ports.controller.submit(task.value, config.group_size, groupId)
+        entry.rolloutIds = submitted.rolloutIds
         yield* FiberSet.run(
           waiters,
-          Effect.flatMap(ports.controller.awaitGroup(submitted.groupId), (ended) => finished.offer({ groupId: submitted.groupId, ended }))
+          Effect.flatMap(ports.controller.awaitGroup(groupId), (ended) => finished.offer({ groupId, ended }))
         )
       }
     })
@@ -166,6 +179,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         const pending = [...state.groups.values()].sort((a, b) => a.seq - b.seq).map((g) => g.task)
         yield* writeCursor(root, new Cursor({
           version: state.version,
+          versions: state.versions,
           consumedGroups: state.gate.consumedGroups,
           tasks: yield* ports.tasks.position,
           pending: [...pending, ...state.pending],
