@@ -8,7 +8,7 @@ import { trainerConfig } from "@reins/trainer"
 import { Console, Effect, Option, Schema } from "effect"
 import { TrainerConfig } from "@reins/protocol"
 import { loadRunConfig, RunConfig, EvalConfig } from "../run/RunConfig.js"
-import { failWith } from "./node.js"
+import { failWith, parseListen } from "./node.js"
 
 const config = Args.file({ name: "config", exists: "yes" }).pipe(
   Args.withDescription("The run's config: JSON, or a JS/TS module whose default export is the config object.")
@@ -22,6 +22,66 @@ const maxVersions = Options.integer("max-versions").pipe(
   Options.withDescription("Override the config's trainer.max_versions.")
 )
 const noEval = Options.boolean("no-eval").pipe(Options.withDescription("Skip the base and final evaluations."))
+const join = Options.text("join").pipe(
+  Options.repeated,
+  Options.withDescription("ws://HOST:PORT of a cluster member: run as the cluster's gateway+trainer node; harnesses also run on its `rollout` nodes.")
+)
+const listen = Options.text("listen").pipe(
+  Options.withDefault("127.0.0.1:0"),
+  Options.withDescription("With --join: HOST:PORT this node listens on for peers.")
+)
+const nodeData = Options.directory("node-data").pipe(
+  Options.withDefault(".reins/train-node"),
+  Options.withDescription("With --join: this node's data directory (node id, lock, cluster secret).")
+)
+const secretFile = Options.file("secret-file", { exists: "yes" }).pipe(
+  Options.optional,
+  Options.withDescription("With --join: the cluster secret file (default: $REINS_CLUSTER_SECRET, else NODE_DATA/cluster-secret).")
+)
+const noLocalRollouts = Options.boolean("no-local-rollouts").pipe(
+  Options.withDescription("With --join: run no harness on this node, only on the cluster's rollout nodes.")
+)
+const gatewayHttp = Options.text("gateway-http").pipe(
+  Options.withDefault("127.0.0.1:0"),
+  Options.withDescription("HOST:PORT the Gateway listens on (rollout nodes on other machines must reach it).")
+)
+const publicUrl = Options.text("public-url").pipe(
+  Options.optional,
+  Options.withDescription("The Gateway's /v1 URL as harnesses should use it (default: from --gateway-http).")
+)
+
+const clusterOptions = (args: {
+  readonly join: ReadonlyArray<string>
+  readonly listen: string
+  readonly nodeData: string
+  readonly secretFile: Option.Option<string>
+  readonly noLocalRollouts: boolean
+  readonly gatewayHttp: string
+  readonly publicUrl: Option.Option<string>
+}) =>
+  Effect.gen(function*() {
+    const http = yield* parseListen(args.gatewayHttp)
+    if (args.join.length === 0) {
+      if (args.noLocalRollouts) return yield* Effect.fail(new Error("--no-local-rollouts needs --join: without a cluster nothing would run the harnesses"))
+      return { http, publicUrl: Option.getOrUndefined(args.publicUrl) }
+    }
+    const { host, port } = yield* parseListen(args.listen)
+    return {
+      http,
+      publicUrl: Option.getOrUndefined(args.publicUrl),
+      cluster: {
+        node: {
+          host,
+          port,
+          join: args.join,
+          roles: ["gateway", "trainer"],
+          dataDir: args.nodeData,
+          ...(Option.isSome(args.secretFile) ? { secretFile: args.secretFile.value } : {})
+        },
+        localLauncher: !args.noLocalRollouts
+      }
+    }
+  })
 
 const pct = (x: number | null) => (x === null ? "  n/a" : `${(100 * x).toFixed(0).padStart(4)}%`)
 
@@ -38,8 +98,12 @@ export const progressLine = (event: TrainerEvent, total: number | undefined): st
     `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s`
 }
 
-export const trainCommand = Command.make("train", { config, resume, maxVersions, noEval }, (args) =>
+export const trainCommand = Command.make(
+  "train",
+  { config, resume, maxVersions, noEval, join, listen, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
+  (args) =>
   Effect.gen(function*() {
+    const network = yield* clusterOptions(args)
     const loaded = yield* loadRunConfig(args.config)
     const trainer = Option.match(args.maxVersions, {
       onNone: () => loaded.trainer,
@@ -52,6 +116,9 @@ export const trainCommand = Command.make("train", { config, resume, maxVersions,
       run,
       trainer,
       resumeDir: Option.getOrUndefined(args.resume),
+      cluster: network.cluster === undefined ? undefined : { ...network.cluster, http: network.http, publicUrl: network.publicUrl },
+      http: network.http,
+      publicUrl: network.publicUrl,
       log: (line) => Console.log(line),
       onEvent: (event) => {
         const line = progressLine(event, trainer.max_versions)

@@ -14,10 +14,10 @@
  * checkpoints: nothing is trained twice).
  */
 import type { TrainerConfig } from "@reins/protocol"
-import { ActorSystem } from "@reins/runtime"
+import { ActorSystem, Node } from "@reins/runtime"
 import { loadTaskSet, makeTaskQueue, type TaskRecord } from "@reins/rollout/tasks"
 import { latestCheckpoint, runTraining, type TaskItem, type TrainerEvent, trainerError, truncateMetrics } from "@reins/trainer"
-import { Effect, Option, PubSub, Stream } from "effect"
+import { Effect, Layer, Option, PubSub, Stream } from "effect"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import path from "node:path"
 import { localStack, type LocalStack } from "../wiring/localStack.js"
@@ -33,6 +33,22 @@ export interface TrainOptions {
   /** Called with every Trainer event (progress display). */
   readonly onEvent?: (event: TrainerEvent) => Effect.Effect<void>
   readonly log?: (line: string) => Effect.Effect<void>
+  /**
+   * Join a cluster as its gateway+trainer node instead of running alone: harnesses then run on
+   * the cluster's `rollout` nodes (and here too when `localLauncher`).
+   */
+  readonly cluster?: ClusterOptions | undefined
+  /** Where the Gateway listens when not in a cluster (default 127.0.0.1:0). */
+  readonly http?: { readonly host: string; readonly port: number } | undefined
+  readonly publicUrl?: string | undefined
+}
+
+export interface ClusterOptions {
+  readonly node: Node.NodeConfig
+  readonly localLauncher: boolean
+  /** Where the Gateway listens; rollout nodes on other machines must reach it. */
+  readonly http?: { readonly host: string; readonly port: number } | undefined
+  readonly publicUrl?: string | undefined
 }
 
 export interface RunSummaryFile {
@@ -105,7 +121,10 @@ export const train = (options: TrainOptions) =>
       dataDir: path.join(run.data_dir, id),
       harness: run.harness,
       concurrency: run.concurrency,
-      split: trainer.schedule === "split"
+      split: trainer.schedule === "split",
+      localLauncher: options.cluster?.localLauncher ?? true,
+      http: options.cluster?.http ?? options.http,
+      publicUrl: options.cluster?.publicUrl ?? options.publicUrl
     })
     yield* log(`Gateway at ${stack.openaiBaseUrl}; run folder ${runDir}`)
     if (resume !== null) {
@@ -161,7 +180,11 @@ export const train = (options: TrainOptions) =>
     writeJson(path.join(runDir, "summary.json"), file)
     yield* writeRunReport(runDir, file)
     return { runDir, summary: file }
-  }).pipe(Effect.mapError(trainerError("train")), Effect.scoped, Effect.provide(ActorSystem.layerLocal()))
+  }).pipe(
+    Effect.mapError(trainerError("train")),
+    Effect.scoped,
+    Effect.provide(options.cluster === undefined ? ActorSystem.layerLocal() : Node.layer(options.cluster.node, Layer.empty))
+  )
 
 /** Calls a harness saw fail: recorded calls with a status other than 200, outside cancelled rollouts. */
 const harnessErrors = (stack: LocalStack) =>

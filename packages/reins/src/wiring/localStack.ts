@@ -27,6 +27,14 @@ export interface LocalStackOptions {
   readonly maxAttempts?: number | undefined
   /** Start a second device for the split schedule. */
   readonly split?: boolean | undefined
+  /**
+   * Run harnesses on this node too (default true). A node that joined a cluster with `rollout`
+   * nodes can leave them all to those: the controller places attempts on every launcher it sees.
+   */
+  readonly localLauncher?: boolean | undefined
+  /** Where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
+  readonly http?: { readonly host: string; readonly port: number } | undefined
+  readonly publicUrl?: string | undefined
 }
 
 export interface LocalStack {
@@ -41,7 +49,7 @@ export interface LocalStack {
 
 /** The Gateway on a free loopback port, its `gateway` actor, sampling through the device. */
 const gatewayLayer = (options: LocalStackOptions) =>
-  Layer.merge(Gateway.serve({ host: "127.0.0.1", port: 0 }), Gateway.actorLayer).pipe(
+  Layer.merge(Gateway.serve(options.http ?? { host: "127.0.0.1", port: 0 }), Gateway.actorLayer).pipe(
     // Updates take seconds here, not minutes: a call held an hour means something is stuck.
     Layer.provideMerge(Gateway.layer({ dataDir: options.dataDir, maxHold: Duration.hours(1) })),
     Layer.provide(policyBackend)
@@ -56,8 +64,10 @@ export const localStack = (options: LocalStackOptions): Effect.Effect<LocalStack
     const server = Context.get(served, HttpServer.HttpServer)
     const gateway = Context.get(served, Gateway.Gateway)
     if (server.address._tag !== "TcpAddress") return yield* Effect.dieMessage("the Gateway did not bind a TCP port")
-    const openaiBaseUrl = `http://127.0.0.1:${server.address.port}/v1`
-    yield* Layer.build(launcherActorLayer({ kind: "local", dataDir: path.join(options.dataDir, "rollout") }, { maxConcurrent: options.concurrency ?? 8 }))
+    const openaiBaseUrl = options.publicUrl ?? `http://${server.address.hostname}:${server.address.port}/v1`
+    if (options.localLauncher ?? true) {
+      yield* Layer.build(launcherActorLayer({ kind: "local", dataDir: path.join(options.dataDir, "rollout") }, { maxConcurrent: options.concurrency ?? 8 }))
+    }
     const controllerContext = yield* Layer.build(
       RolloutController.layer({ harness: options.harness, endpoints: { openaiBaseUrl }, maxAttempts: options.maxAttempts ?? 3 }).pipe(
         Layer.provide(Layer.succeed(AttemptLedger, storeLedger(gateway.store)))

@@ -1,0 +1,79 @@
+/** Shared by the `reins train` process tests: a tiny policy, a task set, a run config, child processes with bounded lifetimes. */
+import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const root = fileURLToPath(new URL("../..", import.meta.url))
+const fixture = (name: string) => fileURLToPath(new URL(`../trainer/fixtures/${name}`, import.meta.url))
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+export interface Child {
+  readonly child: ChildProcess
+  readonly exited: Promise<number | null>
+  readonly output: () => string
+}
+
+/** A workspace in a temp dir: every child started through it is SIGKILLed and the dir removed by `cleanup`. */
+export const workspace = (prefix: string) => {
+  const dir = mkdtempSync(join(tmpdir(), `reins-${prefix}-`))
+  const children = new Set<ChildProcess>()
+  const reins = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Child => {
+    const child = spawn(process.execPath, [join(root, "packages/reins/bin/reins.js"), ...args], {
+      cwd: dir,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    children.add(child)
+    let output = ""
+    child.stdout!.on("data", (d) => (output += d))
+    child.stderr!.on("data", (d) => (output += d))
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+    return { child, exited, output: () => output }
+  }
+  const cleanup = () => {
+    for (const child of children) child.kill("SIGKILL")
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return { dir, reins, cleanup }
+}
+
+/** Waits (bounded) until `check` holds. */
+export const waitFor = async (check: () => boolean, ms: number, what: () => string) => {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what()}`)
+    await sleep(100)
+  }
+}
+
+/** Waits for a child's exit, at most `ms`; "timeout" otherwise. */
+export const exitWithin = (c: Child, ms: number) => Promise.race([c.exited, sleep(ms).then(() => "timeout" as const)])
+
+/** Writes a tiny policy (`model/`), 40 tasks and `run.json` (a collocated run of the test agent) into `dir`. */
+export const writeTinyRun = async (dir: string, trainer: Record<string, unknown>) => {
+  const tokenizer = defaultTokenizer()
+  await Effect.runPromise(initModelDir(join(dir, "model"), {
+    tokenizer,
+    config: defaultModelConfig(tokenizer.vocabSize, { dModel: 32, nLayers: 1, nHeads: 2, dFf: 64, contextLength: 256 })
+  }))
+  writeFileSync(join(dir, "tasks.jsonl"), Array.from({ length: 40 }, (_, i) => JSON.stringify({ id: `t${i}`, input: { i } })).join("\n"))
+  writeFileSync(join(dir, "run.json"), JSON.stringify({
+    name: "tiny",
+    model: "model",
+    tasks: "tasks.jsonl",
+    harness: {
+      command: [process.execPath, fixture("agent.mjs")],
+      timeout_s: 60,
+      grace_s: 1,
+      verifier: { command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20 }
+    },
+    trainer: { batch_groups: 2, group_size: 2, async_groups: 3, max_staleness: 1, lr: 1e-3, micro_batch_tokens: 2048, ...trainer },
+    concurrency: 4,
+    eval: { enabled: false }
+  }))
+}
