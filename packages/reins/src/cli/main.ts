@@ -2,13 +2,15 @@
 import { Command } from "@effect/cli"
 import { node } from "./node.js"
 import { serve } from "./serve.js"
+import { sft } from "./sft.js"
 import { start } from "./start.js"
 import { status } from "./status.js"
 import { tokenizer } from "./tokenizer.js"
+import { trainCommand } from "./train.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start, node, status, tokenizer, serve])
+  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })

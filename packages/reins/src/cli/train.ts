@@ -116,7 +116,7 @@ export const trainCommand = Command.make(
       run,
       trainer,
       resumeDir: Option.getOrUndefined(args.resume),
-      cluster: network.cluster === undefined ? undefined : { ...network.cluster, http: network.http, publicUrl: network.publicUrl },
+      cluster: network.cluster,
       http: network.http,
       publicUrl: network.publicUrl,
       log: (line) => Console.log(line),

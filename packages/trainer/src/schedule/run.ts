@@ -65,8 +65,8 @@ class RunState {
   readonly groups = new Map<string, GroupEntry>()
   readonly pending: Array<TaskItem>
 
-  constructor(readonly gate: StalenessGate, resume: Cursor | undefined) {
-    this.version = resume?.version ?? 0
+  constructor(readonly gate: StalenessGate, resume: Cursor | undefined, servedVersion: number) {
+    this.version = resume?.version ?? servedVersion
     this.versions = resume?.versions ?? 0
     this.pending = [...(resume?.pending ?? [])]
     if (resume !== undefined) gate.restore(resume.consumedGroups)
@@ -97,13 +97,14 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
   Effect.gen(function*() {
     const { config, ports } = options
     const shape = scheduleShape(config)
-    const state = new RunState(new StalenessGate(config.batch_groups, shape.maxStaleness), options.resume)
+    const info = yield* ports.generation.info
+    // A run continues from whatever the device serves (a base policy, an earlier run's weights).
+    const state = new RunState(new StalenessGate(config.batch_groups, shape.maxStaleness), options.resume, info.version)
     const finished = yield* Queue.unbounded<{ readonly groupId: string; readonly ended: ReadonlyArray<RolloutEnded> }>()
     const waiters = yield* FiberSet.make<void, TrainerError>()
     const metrics = yield* openJsonl(path.join(options.runDir, "metrics.jsonl"), VersionMetrics).pipe(
       Effect.mapError(trainerError("open metrics"))
     )
-    const info = yield* ports.generation.info
     const started = performance.now() - (options.resume?.wallSeconds ?? 0) * 1000
     // Group ids are unique per run incarnation: a resumed run must not reuse its predecessor's.
     const nonce = randomBytes(3).toString("hex")
