@@ -41,7 +41,7 @@ const nodeArgs = (name: string, port: number, join?: string) => [
   "--roles", "rollout",
   "--listen", `127.0.0.1:${port}`,
   "--data", path.join(dir, name),
-  "--down-after", "2",
+  "--down-after", "5", // generous: on a loaded machine a starved node misses heartbeats; kill -9 is seen at once anyway (the connection closes)
   ...(join ? ["--join", join] : [])
 ]
 
@@ -55,7 +55,7 @@ describe("rollout controller over a cluster", () => {
       )
 
       const controllerNode = Node.layer(
-        { host: "127.0.0.1", port: 0, dataDir: path.join(dir, "controller"), secret: Redacted.make(secretValue), join: [a.address], roles: ["gateway"], downAfter: "2 seconds" },
+        { host: "127.0.0.1", port: 0, dataDir: path.join(dir, "controller"), secret: Redacted.make(secretValue), join: [a.address], roles: ["gateway"], downAfter: "5 seconds" },
         Layer.empty
       )
       const layers = RolloutController.layer(

@@ -36,7 +36,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net"
 
 export type Script =
-  | { readonly kind: "complete"; readonly afterMs?: number; readonly log?: string }
+  /** `gate`: the Job completes `afterMs` after the gate resolves (tests that need a Job to outlive something). */
+  | { readonly kind: "complete"; readonly afterMs?: number; readonly log?: string; readonly gate?: Promise<unknown> }
   | { readonly kind: "fail"; readonly afterMs?: number; readonly exitCode: number; readonly log?: string }
   | { readonly kind: "deadline"; readonly afterMs?: number }
   | { readonly kind: "evict"; readonly afterMs?: number }
@@ -455,12 +456,16 @@ export class K8sDouble {
       })
     const after = "afterMs" in script ? script.afterMs ?? 20 : 20
     switch (script.kind) {
-      case "complete":
-        this.later(after, () => end(() => {
-          stopPod(0, "Completed", "Succeeded")
-          finishJob(true, "", "")
-        }), jobKey)
+      case "complete": {
+        const complete = () =>
+          this.later(after, () => end(() => {
+            stopPod(0, "Completed", "Succeeded")
+            finishJob(true, "", "")
+          }), jobKey)
+        if (script.gate === undefined) complete()
+        else void script.gate.then(() => (job() === undefined ? undefined : complete()))
         break
+      }
       case "fail":
         this.later(after, () => end(() => {
           stopPod(script.exitCode, "Error", "Failed")

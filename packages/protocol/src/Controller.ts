@@ -6,8 +6,9 @@
  *   `Started` once the harness runs, `Finished` with the `AttemptResult` when it has ended. The
  *   verifier runs on the launcher node because the harness's captured output lives there.
  * - `ControllerRpcs`: the controller actor `controller` (hosted next to the Gateway's store):
- *   submit task groups, cancel, and a server-streamed feed of attempt-finished events, pushed as
- *   attempts end (the Trainer subscribes; nothing polls).
+ *   submit task groups, cancel, a server-streamed feed of attempt-finished events, pushed as
+ *   attempts end (the Trainer subscribes; nothing polls), and the admission start budget the
+ *   Trainer raises after every policy version to bound staleness.
  */
 import { Rpc, RpcGroup } from "@effect/rpc"
 import { Probe } from "@reins/runtime"
@@ -34,7 +35,12 @@ export const LaunchSpec = Schema.Struct({
   /** Task-line fields beyond id/input/split: the verifier sees them, the harness never. */
   taskExtra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
   harness: HarnessSpec,
-  endpoints: AttemptEndpointsSchema
+  endpoints: AttemptEndpointsSchema,
+  /**
+   * Only join the attempt if this launcher follows it (adopted after a restart, see `Adopt`);
+   * never start it anew (a controller resuming an attempt it no longer has the key of).
+   */
+  adoptOnly: Schema.optional(Schema.Boolean)
 })
 export type LaunchSpec = typeof LaunchSpec.Type
 
@@ -74,6 +80,16 @@ export class AttemptAlreadyRunning extends Schema.TaggedError<AttemptAlreadyRunn
   }
 }
 
+/** An `adoptOnly` launch of an attempt this launcher does not follow: nothing was started. */
+export class AttemptNotAdopted extends Schema.TaggedError<AttemptNotAdopted>()("AttemptNotAdopted", {
+  node: Schema.String,
+  attemptId: Schema.String
+}) {
+  override get message() {
+    return `attempt ${this.attemptId} is not followed on node ${this.node} (never adopted there, or its end was already reported)`
+  }
+}
+
 export class LauncherCapacity extends Schema.Class<LauncherCapacity>("LauncherCapacity")({
   node: Schema.String,
   /** "local" | "kubernetes" */
@@ -82,17 +98,37 @@ export class LauncherCapacity extends Schema.Class<LauncherCapacity>("LauncherCa
   running: Schema.Int
 }) {}
 
+/**
+ * What a launcher took over from a previous incarnation (asked by a controller when it discovers
+ * the launcher, e.g. after a controller restart).
+ */
+export class AdoptedAttempts extends Schema.Class<AdoptedAttempts>("AdoptedAttempts")({
+  /**
+   * Attempts this launcher follows although nobody launched them here in this incarnation
+   * (Kubernetes Jobs found by label). `Launch` of the same attempt id joins the running one:
+   * nothing is started twice.
+   */
+  following: Schema.Array(Schema.String),
+  /** Attempts a previous incarnation of this launcher ran that are gone (local process groups reaped at start). */
+  gone: Schema.Array(Schema.String)
+}) {}
+
 export class LauncherRpcs extends RpcGroup.make(
   /** Runs one attempt; the stream ends after `Finished`. Interrupting the call stops the attempt. */
   Rpc.make("Launch", {
     payload: { spec: LaunchSpec },
     success: LaunchUpdate,
-    error: Schema.Union(LauncherFull, AttemptAlreadyRunning),
+    error: Schema.Union(LauncherFull, AttemptAlreadyRunning, AttemptNotAdopted),
     stream: true
   }),
   /** Stops a running attempt (its `Launch` then finishes with a `Cancelled` outcome). False when it does not run here. */
   Rpc.make("Cancel", { payload: { attemptId: Schema.String, reason: Schema.String }, success: Schema.Boolean }),
   Rpc.make("Capacity", { success: LauncherCapacity }),
+  /**
+   * Takes over what earlier incarnations left (idempotent): Kubernetes Jobs by label. An adopted
+   * attempt nobody launches again keeps running until `Cancel` or its end.
+   */
+  Rpc.make("Adopt", { success: AdoptedAttempts }),
   /** Liveness, answered like the runtime's probe actor (`reins status` tooling and cluster checks ping `rollout/<node>`). */
   Rpc.make("Ping", { success: Probe.Pong })
 ) {}
@@ -156,8 +192,14 @@ export class ControllerStatus extends Schema.Class<ControllerStatus>("Controller
   /** Attempts placed on a launcher (starting or running). */
   running: Schema.Int,
   ended: Schema.Int,
-  /** The waiting head was refused by the admission hook at the last pass. */
+  /** The waiting head was refused by the admission hook or the start budget at the last pass. */
   admissionBlocked: Schema.Boolean,
+  /** Rollouts started by this controller (first attempts placed; rollouts it recovered after a restart count too). */
+  started: Schema.Int,
+  /** The start budget: at most this many rollouts may have been started; null = unlimited. */
+  budget: Schema.NullOr(Schema.Int),
+  /** Attempts left by a previous controller that wait for a launcher to adopt them. */
+  recovering: Schema.Int,
   launchers: Schema.Array(LauncherCapacity)
 }) {}
 
@@ -186,5 +228,16 @@ export class ControllerRpcs extends RpcGroup.make(
   Rpc.make("AwaitGroup", { payload: { groupId: Schema.String }, success: Schema.Array(RolloutEnded), error: ControllerError }),
   /** Attempt-finished events from now on, as they happen. */
   Rpc.make("Events", { success: AttemptFinished, stream: true }),
-  Rpc.make("Status", { success: ControllerStatus })
+  Rpc.make("Status", { success: ControllerStatus }),
+  /**
+   * The start budget (admission that crosses the wire): at most `budget` rollouts may have been
+   * started by this controller in total (`Status().started`); retries of started rollouts never
+   * consume it. `null` = unlimited (the default). The Trainer raises it after every policy
+   * version, e.g. `(version + maxStaleness + 1) * batchRollouts`. Answers the status after the change.
+   */
+  Rpc.make("SetAdmission", {
+    payload: { budget: Schema.NullOr(Schema.Int.pipe(Schema.nonNegative())) },
+    success: ControllerStatus,
+    error: ControllerError
+  })
 ) {}

@@ -53,8 +53,23 @@ export const runAttempt = (
       new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
     const launched = yield* Effect.either(launcher.launch(spec))
     if (launched._tag === "Left") return result(outcomeOfLaunchError(launched.left), null)
-    const handle = launched.right
+    return yield* followAttempt(launcher.kind, spec, launched.right, options, startedAt)
+  })
+
+/**
+ * Awaits an attempt that runs already (just launched, or adopted after a restart) and runs the
+ * verifier. Interrupting it does not stop the attempt: whoever holds the handle's scope does.
+ */
+export const followAttempt = (
+  kind: Launcher["kind"],
+  spec: AttemptSpec,
+  handle: AttemptHandle,
+  options: RunAttemptOptions = {},
+  startedAt = Date.now()
+): Effect.Effect<AttemptResult> =>
+  Effect.gen(function*() {
     if (options.onStarted !== undefined) yield* options.onStarted(handle)
     const outcome = yield* handle.outcome
-    return result(outcome, yield* verifyOutcome(spec, handle, outcome, { kind: launcher.kind, baseEnv: options.baseEnv }))
+    const verifier = yield* verifyOutcome(spec, handle, outcome, { kind, baseEnv: options.baseEnv })
+    return new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
   })

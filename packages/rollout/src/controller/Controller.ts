@@ -11,7 +11,14 @@
  * - a rollout has at most one attempt placed at any time, and a retry is a new ledger attempt
  *   (new key) created only after the previous one was recorded as ended;
  * - a launcher node that goes down (membership `MemberDown`, or its calls breaking) turns its
- *   attempts into `node-lost` infrastructure failures, retried on live nodes.
+ *   attempts into `node-lost` infrastructure failures, retried on live nodes;
+ * - a restarted controller resumes what its predecessor left in the ledger (`queued`/`running`
+ *   attempts of rollouts it recorded): an attempt a launcher adopted (a Kubernetes Job) is
+ *   joined and followed to its end, never started again; any other is failed as `node-lost` and
+ *   retried as a new attempt (see "Restart recovery" in README.md).
+ *
+ * Admission: an attempt starts only if the start budget (`setBudget`, the `SetAdmission` message:
+ * rollouts started ≤ budget, retries free) and the admission hook (`setAdmission`) both allow it.
  *
  * All scheduling state lives in plain maps mutated only in synchronous sections (one JS thread),
  * so a cancel racing a placement or a retry always sees a consistent entry.
@@ -24,8 +31,9 @@ import {
   type AttemptOutcome,
   AttemptResult,
   ControllerError,
+  type AdoptedAttempts,
   ControllerStatus,
-  type HarnessSpec,
+  HarnessSpec,
   LAUNCHER_ACTOR_PREFIX,
   LauncherCapacity,
   type LaunchFinished,
@@ -33,15 +41,15 @@ import {
   RolloutEnded,
   type RewardSource,
   SubmittedGroup,
-  type Task
+  Task
 } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
-import { Cause, Context, Deferred, Duration, Effect, Layer, PubSub, Queue, Schedule, type Scope, Stream } from "effect"
+import { Cause, Context, Deferred, Duration, Effect, Layer, Option, PubSub, Queue, Schedule, Schema, type Scope, Stream } from "effect"
 import type { AttemptEndpoints } from "../harness/env.js"
 import { attemptStateOf, type FailedRewardPolicy, isRetryable, outcomeReason, rewardDecision } from "../outcome.js"
 import type { TaskGroup } from "../tasks/queue.js"
 import { LauncherActor } from "./launcherActor.js"
-import { AttemptLedger, type AttemptLedgerService, type LedgerAttempt } from "./ledger.js"
+import { AttemptLedger, type AttemptLedgerService, type LedgerAttempt, type UnfinishedAttempt } from "./ledger.js"
 
 export interface ControllerConfig {
   /** How every rollout runs (a submission may override it). */
@@ -61,6 +69,24 @@ export interface ControllerConfig {
    * forgotten, oldest first (the ledger keeps everything).
    */
   readonly retainEnded?: number
+  /**
+   * Recorded with every rollout this controller creates (default "reins"): a restarted controller
+   * resumes only rollouts recorded with its own id (several controllers may share one store).
+   */
+  readonly controllerId?: string
+  /**
+   * After a restart, how long attempts left by the previous controller wait for a launcher to
+   * adopt them before they are failed as `node-lost` and retried (default 10 s).
+   */
+  readonly recoveryWindow?: Duration.DurationInput
+  /**
+   * What closing the controller does to rollouts that have not ended: `cancel` them (default), or
+   * `leave` them in the ledger for the next controller to resume (a rolling restart; Kubernetes
+   * launchers with `onScopeClose: "leave"` keep their Jobs running meanwhile).
+   */
+  readonly onStop?: "cancel" | "leave"
+  /** The initial start budget (see `setBudget`); default null = unlimited. */
+  readonly budget?: number | null
 }
 
 /** What the admission hook is asked before an attempt starts. */
@@ -96,6 +122,13 @@ export interface RolloutControllerService {
   /** A group from the task queue. */
   readonly submitTaskGroup: (group: TaskGroup) => Effect.Effect<SubmittedGroup, ControllerError>
   readonly setAdmission: (hook: AdmissionHook | null) => Effect.Effect<void>
+  /**
+   * The start budget: at most `budget` rollouts may have been started by this controller
+   * (`status.started`: first attempts placed, plus rollouts resumed after a restart); retries of
+   * started rollouts never consume it. `null` = unlimited. Applies together with the hook: an
+   * attempt starts only if both allow it. A rollout over budget waits, in order; retries go on.
+   */
+  readonly setBudget: (budget: number | null) => Effect.Effect<ControllerStatus, ControllerError>
   /** Asks the admission hook again now (e.g. after the policy version changed). */
   readonly reconsider: Effect.Effect<void>
   /** Cancels a rollout and waits until it has ended; false when it had ended already or is unknown. */
@@ -137,7 +170,15 @@ interface Entry {
   readonly taskExtra: Readonly<Record<string, unknown>> | undefined
   readonly harness: HarnessSpec
   attempt: LedgerAttempt
-  phase: "waiting" | "placed" | "ended"
+  /**
+   * `recovering`: an attempt left by a previous controller, waiting for a launcher to adopt it
+   * (or for the recovery window to end).
+   */
+  phase: "waiting" | "placed" | "ended" | "recovering"
+  /** The current attempt was resumed after a restart: it may only be joined, never started (its key is unknown). */
+  resumed: boolean
+  /** Counted against the start budget already (its first start; retries are free). */
+  admitted: boolean
   /** Retry backoff: not placed before this time (ms). */
   notBefore: number
   slot: LauncherSlot | null
@@ -156,6 +197,21 @@ const ABORTED = Symbol("aborted")
 const toError = (operation: string) => (e: { readonly message: string }) =>
   new ControllerError({ message: `${operation}: ${e.message}` })
 
+/**
+ * What the controller records as a rollout's task in the ledger: enough to resume the rollout
+ * after a restart (the Gateway shows it as the rollout's task).
+ */
+const RecordedTask = Schema.Struct({
+  controller: Schema.String,
+  id: Schema.String,
+  input: Schema.Unknown,
+  extra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  /** The submission's own harness spec (encoded), when it overrode the controller's. */
+  harness: Schema.optional(HarnessSpec)
+})
+const encodeRecordedTask = Schema.encodeEither(RecordedTask)
+const decodeRecordedTask = Schema.decodeUnknownEither(RecordedTask)
+
 export const makeRolloutController = (config: ControllerConfig): Effect.Effect<RolloutControllerService, never, AttemptLedger | ActorSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const ledger: AttemptLedgerService = yield* AttemptLedger
@@ -166,17 +222,26 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     const backoffMax = Duration.toMillis(config.retryBackoff?.max ?? "30 seconds")
     const onFailed = config.onFailed ?? "zero"
     const retainEnded = Math.max(0, Math.floor(config.retainEnded ?? 100_000))
+    const controllerId = config.controllerId ?? "reins"
+    const recoveryWindow = config.recoveryWindow ?? "10 seconds"
 
     const entries = new Map<string, Entry>()
     const groups = new Map<string, ReadonlyArray<string>>()
     const launchers = new Map<string, LauncherSlot>()
     let admission: AdmissionHook | null = null
     let admissionBlocked = false
+    let budget: number | null = config.budget == null ? null : Math.max(0, Math.floor(config.budget))
+    /** Rollouts counted against the budget (see `setBudget`). */
+    let started = 0
     let groupCounter = 0
     let entrySeq = 0
     /** The entries in phase "waiting" (scheduling passes look at these only) and those not ended. */
     const waiting = new Set<Entry>()
     const live = new Set<Entry>()
+    /** Entries in phase "recovering", by the attempt id a launcher may adopt. */
+    const recovering = new Map<string, Entry>()
+    /** Launchers being discovered (capacity, adoption) in the background. */
+    const discovering = new Set<string>()
     /** Ended entries, oldest first, forgotten beyond `retainEnded`. */
     const endedOrder: Array<Entry> = []
     const forgetOld = () => {
@@ -189,7 +254,9 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     }
     const setPhase = (entry: Entry, phase: Entry["phase"]) => {
       if (entry.phase === "ended") return // terminal
+      if (entry.phase === "recovering") recovering.delete(entry.attempt.attemptId)
       entry.phase = phase
+      if (phase === "recovering") recovering.set(entry.attempt.attemptId, entry)
       if (phase === "waiting") waiting.add(entry)
       else waiting.delete(entry)
       if (phase === "ended") {
@@ -214,11 +281,23 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         return Deferred.succeed(slot.lost, undefined)
       })
 
+    /**
+     * A new launcher: its capacity, then what it adopted from earlier incarnations — attempts a
+     * restarted controller waits for are joined there (before anything new is placed on it),
+     * attempts it reports gone are failed at once, and adopted attempts nobody waits for
+     * (their rollout ended or moved on to a new attempt) are cancelled.
+     */
     const discover = (name: string, node: string) =>
       Effect.gen(function*() {
         const ref = yield* LauncherActor.ref(name, { node })
         const capacity = yield* ref.Capacity().pipe(Effect.timeout("3 seconds"), Effect.option)
-        if (capacity._tag === "None" || launchers.has(name)) return
+        if (capacity._tag === "None" || launchers.has(name)) return false
+        const adopted = yield* ref.Adopt().pipe(
+          Effect.timeout("30 seconds"),
+          Effect.tapError((e) => Effect.logWarning(`controller: launcher ${name} did not report what it adopted: ${e.message}`)),
+          Effect.option
+        )
+        if (launchers.has(name)) return false
         const slot: LauncherSlot = {
           name,
           node,
@@ -228,7 +307,30 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           inflight: 0,
           lost: yield* Deferred.make<void>()
         }
+        if (Option.isSome(adopted)) yield* reconcile(slot, adopted.value)
         launchers.set(name, slot)
+        return true
+      }).pipe(Effect.ensuring(Effect.sync(() => discovering.delete(name))))
+
+    const reconcile = (slot: LauncherSlot, adopted: AdoptedAttempts) =>
+      Effect.gen(function*() {
+        for (const id of adopted.gone) {
+          const entry = recovering.get(id)
+          if (entry !== undefined) yield* failRecovered(entry, `the attempt was running when launcher node ${slot.node} restarted; its processes were killed`)
+        }
+        const current = new Set([...live].map((e) => e.attempt.attemptId))
+        for (const id of adopted.following) {
+          const entry = recovering.get(id)
+          if (entry !== undefined) {
+            yield* place(entry, slot)
+          } else if (!current.has(id)) {
+            yield* Effect.logWarning(`controller: launcher ${slot.name} follows attempt ${id}, which no rollout waits for; cancelling it`)
+            yield* Effect.forkIn(
+              slot.ref.Cancel({ attemptId: id, reason: "orphaned: its rollout ended or moved on to a new attempt" }).pipe(Effect.timeout("60 seconds"), Effect.ignore),
+              scope
+            )
+          }
+        }
       })
 
     /** Brings the launcher list in line with membership: new launchers are asked their capacity, down ones are lost. */
@@ -240,7 +342,13 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         for (const actor of m.actors) {
           if (!actor.startsWith(LAUNCHER_ACTOR_PREFIX)) continue
           seen.add(actor)
-          if (!launchers.has(actor)) yield* discover(actor, m.id)
+          if (!launchers.has(actor) && !discovering.has(actor)) {
+            // in the background: a slow launcher (a Kubernetes listing to adopt) must not hold up
+            // scheduling. A new launcher wakes the scheduler; one that does not answer is asked
+            // again at the next periodic pass (waking here would spin while it stays unreachable).
+            discovering.add(actor)
+            yield* Effect.forkIn(Effect.flatMap(discover(actor, m.id), (added) => (added ? wake : Effect.void)), scope)
+          }
         }
       }
       for (const slot of [...launchers.values()]) {
@@ -376,6 +484,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         if (next === null) return yield* endRollout(entry, state as RolloutEnded["state"], reason, reward)
 
         entry.attempt = next.right
+        entry.resumed = false
         setPhase(entry, "waiting")
         entry.slot = null
         entry.startedAt = null
@@ -401,6 +510,14 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       finishedAt: Date.now()
     })
 
+    /** Fails a resumed attempt nobody can adopt (an infrastructure failure: retried per the policy). */
+    const failRecovered = (entry: Entry, message: string) =>
+      Effect.suspend(() => {
+        if (entry.phase !== "recovering") return Effect.void
+        setPhase(entry, "placed") // taken: the recovery deadline and a launcher's report cannot both settle it
+        return settle(entry, infraFailure(entry, `the controller restarted; ${message}`, null))
+      })
+
     // -------------------------------------------------------------------------------- running
 
     const specOf = (entry: Entry): LaunchSpec => ({
@@ -410,7 +527,8 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       task: entry.task,
       ...(entry.taskExtra === undefined ? {} : { taskExtra: entry.taskExtra }),
       harness: entry.harness,
-      endpoints: config.endpoints
+      endpoints: config.endpoints,
+      ...(entry.resumed ? { adoptOnly: true } : {})
     })
 
     /** Runs the entry's attempt on `slot` until it ends, then settles it. */
@@ -510,12 +628,19 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("controller: the admission hook failed (counted as no)", cause), false))
         )
 
+    const overBudget = (entry: Entry) => !entry.admitted && budget !== null && started >= budget
+
     const pass = Effect.gen(function*() {
       yield* refreshLaunchers
       admissionBlocked = false
       const now = Date.now()
       for (const entry of [...waiting].sort((x, y) => x.seq - y.seq)) {
         if (entry.phase !== "waiting" || entry.notBefore > now) continue
+        // over budget: no new rollout starts (so none overtakes this one), retries still do
+        if (overBudget(entry)) {
+          admissionBlocked = true
+          continue
+        }
         const slot = freest()
         if (slot === null) return
         const ok = yield* admit(entry)
@@ -524,7 +649,11 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           admissionBlocked = true
           return
         }
-        if (slot.max - slot.inflight <= 0 || launchers.get(slot.name) !== slot) continue
+        if (slot.max - slot.inflight <= 0 || launchers.get(slot.name) !== slot || overBudget(entry)) continue
+        if (!entry.admitted) {
+          entry.admitted = true
+          started++
+        }
         yield* place(entry, slot)
       }
     })
@@ -543,7 +672,12 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
 
     // -------------------------------------------------------------------------------- API
 
-    const register = (s: GroupSubmission, groupId: string, created: LedgerAttempt) =>
+    const register = (
+      s: Pick<GroupSubmission, "task" | "taskExtra" | "harness">,
+      groupId: string,
+      created: LedgerAttempt,
+      phase: "waiting" | "recovering" = "waiting"
+    ) =>
       Effect.map(Deferred.make<RolloutEnded>(), (ended) => {
         const entry: Entry = {
           rolloutId: created.rolloutId,
@@ -552,7 +686,9 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           taskExtra: s.taskExtra,
           harness: s.harness ?? config.harness,
           attempt: created,
-          phase: "waiting",
+          phase,
+          resumed: phase === "recovering",
+          admitted: phase === "recovering",
           notBefore: 0,
           slot: null,
           startedAt: null,
@@ -562,19 +698,39 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           seq: entrySeq++
         }
         entries.set(entry.rolloutId, entry)
-        setPhase(entry, "waiting")
+        setPhase(entry, phase)
         return entry
       })
+
+    /** The task as recorded in the ledger (see `RecordedTask`). */
+    const recordTask = (s: GroupSubmission) =>
+      encodeRecordedTask({
+        controller: controllerId,
+        id: s.task.id,
+        input: s.task.input ?? null,
+        ...(s.taskExtra === undefined ? {} : { extra: s.taskExtra }),
+        ...(s.harness === undefined ? {} : { harness: s.harness })
+      })
+
+    const nextGroupId = (taskId: string) => {
+      for (;;) {
+        const id = `${taskId}#${groupCounter++}`
+        if (!groups.has(id)) return id
+      }
+    }
 
     const submit = (s: GroupSubmission) =>
       Effect.gen(function*() {
         if (!Number.isInteger(s.size) || s.size < 1) return yield* new ControllerError({ message: `group size must be a positive integer, got ${s.size}` })
-        const groupId = s.groupId ?? `${s.task.id}#${groupCounter++}`
+        const groupId = s.groupId ?? nextGroupId(s.task.id)
         if (groups.has(groupId)) return yield* new ControllerError({ message: `group ${groupId} was already submitted` })
+        const recorded = yield* recordTask(s).pipe(
+          Effect.mapError((e) => new ControllerError({ message: `group ${groupId}: the task cannot be recorded: ${e.message}` }))
+        )
         groups.set(groupId, [])
         const created: Array<Entry> = []
         for (let i = 0; i < s.size; i++) {
-          const issued = yield* ledger.createRollout({ task: { id: s.task.id, input: s.task.input ?? null }, group: groupId }).pipe(
+          const issued = yield* ledger.createRollout({ task: recorded, group: groupId }).pipe(
             Effect.tapError(() => Effect.forEach(created, (e) => cancelWaiting(e, "the rest of its group could not be created"), { discard: true })),
             Effect.mapError(toError(`submit group ${groupId}`))
           )
@@ -591,7 +747,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         if (entry === undefined || entry.phase === "ended") return false
         if (entry.cancelReason === null) {
           entry.cancelReason = reason
-          if (entry.phase === "waiting") {
+          if (entry.phase === "waiting" || entry.phase === "recovering") {
             yield* cancelWaiting(entry, reason)
           } else if (entry.slot !== null && entry.abort !== null) {
             const slot = entry.slot
@@ -635,15 +791,86 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     const status = Effect.sync(() => {
       return new ControllerStatus({
         waiting: waiting.size,
-        running: live.size - waiting.size,
+        running: live.size - waiting.size - recovering.size,
         ended: entries.size - live.size,
         admissionBlocked,
+        started,
+        budget,
+        recovering: recovering.size,
         launchers: [...launchers.values()].map((s) => new LauncherCapacity({ node: s.node, kind: s.kind, max: s.max, running: s.inflight }))
       })
     })
 
-    // closing the controller ends every rollout it still holds (bounded: launchers may be gone)
-    yield* Effect.addFinalizer(() => cancelAll("controller stopped").pipe(Effect.timeout("15 seconds"), Effect.ignore))
+    const setBudget = (value: number | null) =>
+      Effect.suspend(() => {
+        if (value !== null && !(Number.isInteger(value) && value >= 0)) {
+          return Effect.fail(new ControllerError({ message: `the start budget must be a non-negative integer or null, got ${value}` }))
+        }
+        budget = value
+        return Effect.zipRight(wake, status)
+      })
+
+    // -------------------------------------------------------------------------------- restart recovery
+
+    /** A rollout the previous controller left unfinished, as this controller's entry (null: not ours). */
+    const resume = (u: UnfinishedAttempt) =>
+      Effect.gen(function*() {
+        const recorded = decodeRecordedTask(u.task)
+        if (recorded._tag === "Left") {
+          const owner = typeof u.task === "object" && u.task !== null ? (u.task as { controller?: unknown }).controller : undefined
+          if (owner === controllerId) yield* Effect.logWarning(`controller: rollout ${u.rolloutId} cannot be resumed, its recorded task is unreadable: ${recorded.left.message}`)
+          return null
+        }
+        if (recorded.right.controller !== controllerId) return null
+        const r = recorded.right
+        const groupId = u.group ?? `${r.id}#resumed-${u.rolloutId}`
+        const entry = yield* register(
+          { task: new Task({ id: r.id, input: r.input }), taskExtra: r.extra, harness: r.harness },
+          groupId,
+          { rolloutId: u.rolloutId, attemptId: u.attemptId, index: u.index, key: "" },
+          "recovering"
+        )
+        groups.set(groupId, [...(groups.get(groupId) ?? []), entry.rolloutId])
+        started++ // it was started (admitted) by the previous controller
+        return entry
+      })
+
+    /**
+     * Resumes what the previous controller left: every unfinished rollout it recorded waits
+     * (phase "recovering") for a launcher to report it adopted the attempt; at the end of the
+     * recovery window the rest are failed as `node-lost` and retried as new attempts.
+     */
+    const recover = Effect.gen(function*() {
+      const left = yield* ledger.unfinished.pipe(
+        Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.intersect(Schedule.recurs(4)))),
+        Effect.catchAll((e) =>
+          Effect.as(Effect.logError(`controller: cannot read unfinished attempts from the ledger (they stay as they are): ${e.message}`), [])
+        )
+      )
+      let resumed = 0
+      for (const u of left) if ((yield* resume(u)) !== null) resumed++
+      if (resumed === 0) return
+      yield* Effect.logInfo(`controller: resuming ${resumed} rollout(s) left unfinished by a previous controller`)
+      yield* Effect.forkIn(
+        Effect.sleep(recoveryWindow).pipe(
+          Effect.zipRight(Effect.suspend(() =>
+            Effect.forEach(
+              [...recovering.values()],
+              (entry) => failRecovered(entry, `no launcher adopted the attempt within ${Duration.format(Duration.decode(recoveryWindow))}`),
+              { discard: true }
+            )
+          ))
+        ),
+        scope
+      )
+    })
+    yield* recover
+
+    // closing the controller ends every rollout it still holds (bounded: launchers may be gone),
+    // unless they are left for the next controller to resume
+    if (config.onStop !== "leave") {
+      yield* Effect.addFinalizer(() => cancelAll("controller stopped").pipe(Effect.timeout("15 seconds"), Effect.ignore))
+    }
 
     yield* wake
     return {
@@ -651,6 +878,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       submitTaskGroup: (g: TaskGroup) =>
         submit({ task: g.record.task, size: g.size, groupId: g.groupId, taskExtra: g.record.extra }),
       setAdmission: (hook: AdmissionHook | null) => Effect.zipRight(Effect.sync(() => void (admission = hook)), wake),
+      setBudget,
       reconsider: wake,
       cancel,
       cancelAll,

@@ -1,8 +1,9 @@
 /**
  * The controller actor `controller`: the `RolloutController` service over the actor protocol, so
  * a Trainer (or a tool) on any node can submit groups, cancel, and subscribe to attempt-finished
- * events (a server-streamed call: events are pushed as attempts end). The admission hook is a
- * function and stays in-process (`RolloutController.setAdmission`).
+ * events (a server-streamed call: events are pushed as attempts end), and bound staleness with
+ * the start budget (`SetAdmission`). The admission hook is a function and stays in-process
+ * (`RolloutController.setAdmission`); both apply.
  */
 import { ControllerRpcs } from "@reins/protocol"
 import { Actor, type ActorSystem } from "@reins/runtime"
@@ -20,6 +21,7 @@ export const controllerActorLayer: Layer.Layer<never, unknown, ActorSystem | Rol
       CancelAll: ({ reason }) => controller.cancelAll(reason),
       AwaitGroup: ({ groupId }) => controller.awaitGroup(groupId),
       Events: () => Stream.unwrapScoped(controller.subscribe),
-      Status: () => controller.status
+      Status: () => controller.status,
+      SetAdmission: ({ budget }) => controller.setBudget(budget)
     }))
 )

@@ -4,11 +4,20 @@
  *
  * `Launch` streams `Started` then `Finished` (harness and verifier done). The attempt lives as
  * long as that call: if the caller interrupts it or goes away, the attempt's scope closes and
- * the launcher stops it (kills the process group / deletes the Job). `Cancel` stops it too but
- * still answers the launch with a `Cancelled` outcome and the attempt's logs.
+ * the launcher stops it (kills the process group / deletes the Job, or leaves the Job for a
+ * successor with `onScopeClose: "leave"`). `Cancel` stops it too but still answers the launch
+ * with a `Cancelled` outcome and the attempt's logs.
+ *
+ * `Adopt` (asked by a controller when it discovers this launcher) takes over what earlier
+ * incarnations left: Kubernetes Jobs found by label are followed again and kept here until a
+ * controller joins them with an `adoptOnly` launch of the same attempt (or cancels them); their
+ * Jobs live as long as this actor. Local process groups cannot be re-attached: they were reaped
+ * when this actor started and are reported as `gone`.
  */
 import {
+  AdoptedAttempts,
   AttemptAlreadyRunning,
+  AttemptNotAdopted,
   LauncherCapacity,
   LauncherFull,
   type LaunchConfigError,
@@ -19,8 +28,8 @@ import {
   type LaunchUpdate
 } from "@reins/protocol"
 import { Actor, ActorContext, type ActorSystem } from "@reins/runtime"
-import { Effect, Layer, Queue, type Scope, Stream } from "effect"
-import { runAttempt } from "../attempt.js"
+import { Effect, Layer, Queue, Scope, Stream } from "effect"
+import { followAttempt, runAttempt } from "../attempt.js"
 import type { AttemptHandle, Launcher } from "../launcher/Launcher.js"
 import { makeLocalLauncher } from "../launcher/local.js"
 import type { KubernetesLauncherOptions } from "../launcher/k8s/launcher.js"
@@ -51,12 +60,18 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
     const self = yield* ActorContext
     const max = Math.max(1, Math.floor(options.maxConcurrent ?? 8))
     const running = new Map<string, Running>()
+    /** Attempts taken over by `Adopt`, until a launch joins them and reports their end (or a cancel). */
+    const adopted = new Map<string, AttemptHandle>()
+    const incarnation = yield* Effect.scope
 
     const launch = (spec: LaunchSpec) =>
       Stream.unwrapScoped(
         Effect.gen(function*() {
           if (running.has(spec.attemptId)) return yield* new AttemptAlreadyRunning({ node: self.node, attemptId: spec.attemptId })
-          if (running.size >= max) return yield* new LauncherFull({ node: self.node, max, running: running.size })
+          const join = adopted.get(spec.attemptId)
+          if (join === undefined && spec.adoptOnly === true) return yield* new AttemptNotAdopted({ node: self.node, attemptId: spec.attemptId })
+          // joining an adopted attempt takes no new place: it runs already
+          if (join === undefined && running.size >= max) return yield* new LauncherFull({ node: self.node, max, running: running.size })
           const entry: Running = { handle: null, cancelled: null }
           running.set(spec.attemptId, entry)
           yield* Effect.addFinalizer(() => Effect.sync(() => running.delete(spec.attemptId)))
@@ -67,8 +82,11 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
               yield* Queue.offer(updates, new LaunchStarted({ node: self.node, startedAt: Date.now() }))
               if (entry.cancelled !== null) yield* Effect.forkDaemon(handle.cancel(entry.cancelled))
             })
-          yield* runAttempt(launcher, spec, { onStarted, baseEnv: options.baseEnv }).pipe(
-            Effect.scoped,
+          const run = join === undefined
+            ? Effect.scoped(runAttempt(launcher, spec, { onStarted, baseEnv: options.baseEnv }))
+            // reported once: a later launch of it is a fresh one (which, for a Job, joins it again by name)
+            : Effect.tap(followAttempt(launcher.kind, spec, join, { onStarted, baseEnv: options.baseEnv }), () => Effect.sync(() => adopted.delete(spec.attemptId)))
+          yield* run.pipe(
             Effect.flatMap((result) => Queue.offer(updates, new LaunchFinished({ node: self.node, result }))),
             Effect.forkScoped
           )
@@ -81,7 +99,12 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
       Cancel: ({ attemptId, reason }) =>
         Effect.suspend(() => {
           const entry = running.get(attemptId)
-          if (entry === undefined) return Effect.succeed(false)
+          if (entry === undefined) {
+            const orphan = adopted.get(attemptId)
+            if (orphan === undefined) return Effect.succeed(false)
+            adopted.delete(attemptId)
+            return Effect.as(orphan.cancel(reason), true)
+          }
           if (entry.handle === null) {
             entry.cancelled = reason
             return Effect.succeed(true)
@@ -89,6 +112,25 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
           // the Launch stream reports the Cancelled outcome; answer once it is stopped
           return Effect.as(entry.handle.cancel(reason), true)
         }),
+      Adopt: () =>
+        launcher.adopt.pipe(
+          Scope.extend(incarnation),
+          Effect.map((found) => {
+            const following: Array<string> = []
+            const gone: Array<string> = []
+            for (const a of found) {
+              if (a._tag === "Reaped") gone.push(a.attemptId)
+              else if (!running.has(a.handle.attemptId)) {
+                if (!adopted.has(a.handle.attemptId)) adopted.set(a.handle.attemptId, a.handle)
+                following.push(a.handle.attemptId)
+              }
+            }
+            return new AdoptedAttempts({ following, gone })
+          }),
+          Effect.catchAll((e) =>
+            Effect.as(Effect.logWarning(`launcher: adopting what a previous run left failed: ${e.message}`), new AdoptedAttempts({ following: [], gone: [] }))
+          )
+        ),
       Capacity: () => Effect.succeed(new LauncherCapacity({ node: self.node, kind: launcher.kind, max, running: running.size })),
       Ping: () => Effect.succeed({ actor: self.name, node: self.node, incarnation: self.incarnation })
     })

@@ -7,6 +7,10 @@
  *
  * `start` and `finish` are idempotent: the Gateway starts a queued attempt itself on its first
  * model call, so the controller's own `start` may find it running already.
+ *
+ * `unfinished` is what a restarted controller reconciles: rollouts whose latest attempt is still
+ * `queued` or `running`, with the task they were created with (the controller recognises its
+ * own by what it recorded there).
  */
 import type { AttemptState } from "@reins/protocol"
 import { Context, Data, Effect, Layer } from "effect"
@@ -19,6 +23,17 @@ export interface LedgerAttempt {
   /** 0 for the first attempt of a rollout, 1 for its first retry, ... */
   readonly index: number
   readonly key: string
+}
+
+/** A rollout whose latest attempt has not ended. */
+export interface UnfinishedAttempt {
+  readonly rolloutId: string
+  readonly attemptId: string
+  readonly index: number
+  readonly state: "queued" | "running"
+  /** What `createRollout` was given. */
+  readonly task: unknown
+  readonly group: string | null
 }
 
 export class LedgerError extends Data.TaggedError("LedgerError")<{ readonly operation: string; readonly message: string }> {}
@@ -35,6 +50,8 @@ export interface AttemptLedgerService {
   readonly recordReward: (attemptId: string, value: number, info: unknown) => Effect.Effect<void, LedgerError>
   /** The last final reward recorded for the attempt (e.g. posted by the harness to `/v1/reward`), if any. */
   readonly rewardOf: (rolloutId: string, attemptId: string) => Effect.Effect<number | null, LedgerError>
+  /** Every rollout whose latest attempt is `queued` or `running`, oldest first. */
+  readonly unfinished: Effect.Effect<ReadonlyArray<UnfinishedAttempt>, LedgerError>
 }
 
 export class AttemptLedger extends Context.Tag("@reins/rollout/AttemptLedger")<AttemptLedger, AttemptLedgerService>() {
@@ -55,6 +72,7 @@ export const makeMemoryLedger = (): AttemptLedgerService & {
 } => {
   const attempts = new Map<string, MemoryAttempt>()
   const rollouts = new Map<string, Array<string>>()
+  const created = new Map<string, { readonly task: unknown; readonly group: string }>()
   const newId = (prefix: string) => `${prefix}_${randomBytes(8).toString("hex")}`
   const issue = (rolloutId: string): LedgerAttempt => {
     const list = rollouts.get(rolloutId)!
@@ -71,10 +89,11 @@ export const makeMemoryLedger = (): AttemptLedgerService & {
   const ended = (s: AttemptState) => s !== "queued" && s !== "running"
   return {
     attempts,
-    createRollout: () =>
+    createRollout: ({ group, task }) =>
       Effect.sync(() => {
         const rolloutId = newId("ro")
         rollouts.set(rolloutId, [])
+        created.set(rolloutId, { task, group })
         return issue(rolloutId)
       }),
     createAttempt: (rolloutId) =>
@@ -93,6 +112,17 @@ export const makeMemoryLedger = (): AttemptLedgerService & {
         a.reason = reason
       }),
     recordReward: (attemptId, value) => Effect.map(get("recordReward", attemptId), (a) => void (a.reward = value)),
-    rewardOf: (_rolloutId, attemptId) => Effect.map(get("rewardOf", attemptId), (a) => a.reward)
+    rewardOf: (_rolloutId, attemptId) => Effect.map(get("rewardOf", attemptId), (a) => a.reward),
+    unfinished: Effect.sync(() => {
+      const out: Array<UnfinishedAttempt> = []
+      for (const [rolloutId, list] of rollouts) {
+        const attemptId = list.at(-1)!
+        const state = attempts.get(attemptId)!.state
+        if (state !== "queued" && state !== "running") continue
+        const { group, task } = created.get(rolloutId)!
+        out.push({ rolloutId, attemptId, index: list.length - 1, state, task, group })
+      }
+      return out
+    })
   }
 }

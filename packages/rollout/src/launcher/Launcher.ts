@@ -44,7 +44,8 @@ export interface Launcher {
   /**
    * After a controller restart: takes over attempts a previous incarnation started. Kubernetes:
    * every Job labelled by reins in the launcher's namespaces, followed again (never recreated).
-   * Local: processes cannot be re-attached; leftover process groups are killed and reported.
+   * Local: processes cannot be re-attached; leftover process groups are killed and reported
+   * (at the first call only; later calls report the same).
    */
   readonly adopt: Effect.Effect<ReadonlyArray<AdoptedAttempt>, LaunchError, Scope.Scope>
 }

@@ -75,8 +75,10 @@ export const makeLocalLauncher = (options: LocalLauncherOptions): Launcher => {
       return handle
     })
 
-  // Local processes cannot be re-attached after a restart: kill what the previous incarnation left.
-  const adopt = reapLeftovers(options.dataDir).pipe(
+  // Local processes cannot be re-attached after a restart (their pipes died with the old
+  // incarnation): kill what it left. Only the first call reaps — later ones (a controller asking
+  // again) report the same and never touch attempts this incarnation runs.
+  const adopt = Effect.runSync(Effect.cached(reapLeftovers(options.dataDir).pipe(
     Effect.map((leftovers) =>
       leftovers.map((l): AdoptedAttempt => ({
         _tag: "Reaped",
@@ -91,7 +93,7 @@ export const makeLocalLauncher = (options: LocalLauncherOptions): Launcher => {
         })
       }))
     )
-  )
+  )))
 
   return { kind: "local", launch, adopt }
 }
