@@ -6,6 +6,7 @@
  * The config lives here rather than in @reins/trainer because it travels to the node that runs
  * the Trainer; @reins/trainer decodes user input into it with errors that name the key.
  */
+import { Rpc, RpcGroup } from "@effect/rpc"
 import { Schema } from "effect"
 import { PauseMode } from "./Gateway.js"
 import { BreakReason } from "./Store.js"
@@ -218,3 +219,29 @@ export class VersionMetrics extends Schema.Class<VersionMetrics>("VersionMetrics
   /** What the update itself reported (loss, grad norm, clip and truncation fractions, ...); null when not finite. */
   train: Schema.Record({ key: Schema.String, value: Schema.NullOr(Schema.Number) })
 }) {}
+
+// ---------------------------------------------------------------------------------------------
+// The Trainer actor
+
+export class TrainerStatus extends Schema.Class<TrainerStatus>("TrainerStatus")({
+  /** A run is in progress. */
+  training: Schema.Boolean,
+  schedule: Schema.NullOr(ScheduleKind),
+  /** The policy version the Trainer is at (the one the next update trains). */
+  version: Schema.Int,
+  /** Updates made by the current (or last) run. */
+  versions: Schema.Int,
+  /** Groups handed out and still running / finished but not trained yet. */
+  running: Schema.Int,
+  finished: Schema.Int,
+  /** Groups trained (or found untrainable) so far, and the admission budget in groups. */
+  consumed: Schema.Int,
+  budget: Schema.Int
+}) {}
+
+/** What a running Trainer answers, wherever it runs (`reins status`, scripts on other nodes). */
+export class TrainerRpcs extends RpcGroup.make(
+  Rpc.make("Status", { success: TrainerStatus }),
+  /** Every version's metrics from now on. */
+  Rpc.make("Versions", { success: VersionMetrics, stream: true })
+) {}

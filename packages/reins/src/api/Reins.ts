@@ -18,6 +18,8 @@ import { ActorSystem, Node } from "@reins/runtime"
 import { loadTaskSet, makeTaskQueue, type QueuePosition, type TaskRecord } from "@reins/rollout/tasks"
 import {
   type Cursor,
+  idleStatus,
+  trainerActorLayer,
   type RunSummary,
   runTraining,
   type TaskItem,
@@ -59,7 +61,7 @@ export interface ReinsService {
   /** Every Trainer event (versions, skipped batches, checkpoints) from now on. */
   readonly events: Stream.Stream<TrainerEvent>
   /** pass@1 of the current weights on the run's held-out tasks (see `RunConfig.eval`); a rollout passes at reward ≥ `passThreshold` (default 1). */
-  readonly evaluate: (passThreshold?: number) => Effect.Effect<EvalResult, TrainerError>
+  readonly evaluate: (passThreshold?: number, split?: "test" | "train") => Effect.Effect<EvalResult, TrainerError>
   readonly version: Effect.Effect<number, TrainerError>
   readonly pause: (mode: PauseMode) => Effect.Effect<GatewayState, TrainerError>
   readonly resume: Effect.Effect<GatewayState, TrainerError>
@@ -78,9 +80,9 @@ const runId = (name: string) => `${new Date().toISOString().replace(/[:.]/g, "-"
 const taskItem = (r: TaskRecord): TaskItem => ({ task: r.task, extra: r.extra })
 
 /** The held-out tasks of a run config. */
-export const evalTasks = (run: RunConfig): Effect.Effect<ReadonlyArray<TaskItem>, TrainerError> =>
+export const evalTasks = (run: RunConfig, split: "test" | "train" = "test"): Effect.Effect<ReadonlyArray<TaskItem>, TrainerError> =>
   Effect.map(loadTaskSet(run.eval.tasks ?? run.tasks), (set) => {
-    const tests = set.tasks.filter((r) => r.task.split === "test").map(taskItem)
+    const tests = set.tasks.filter((r) => (r.task.split ?? "train") === split).map(taskItem)
     return tests.slice(0, run.eval.limit ?? tests.length)
   }).pipe(Effect.mapError(trainerError("load evaluation tasks")))
 
@@ -118,8 +120,11 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
       publicUrl: options.publicUrl
     })
     const events = yield* PubSub.unbounded<TrainerEvent>()
+    const status = yield* Ref.make(idleStatus((yield* stack.ports.generation.info).version))
+    yield* Layer.build(trainerActorLayer(status, events))
     const tasks = yield* Ref.make<TaskSource | null>(null)
     const tests = yield* Effect.cached(evalTasks(run))
+    const tasksOf = (split: "test" | "train") => (split === "test" ? tests : evalTasks(run, split))
     const { gateway, training, generation } = stack.ports
     return {
       runDir,
@@ -128,11 +133,11 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
       train: (trainer, trainOptions) =>
         Effect.gen(function*() {
           const source = yield* trainingTasks(run, tasks, trainer, trainOptions?.resume?.tasks).pipe(Effect.mapError(trainerError("load tasks")))
-          return yield* Effect.scoped(runTraining({ config: trainer, ports: { ...stack.ports, tasks: source }, runDir, resume: trainOptions?.resume, events }))
+          return yield* Effect.scoped(runTraining({ config: trainer, ports: { ...stack.ports, tasks: source }, runDir, resume: trainOptions?.resume, events, status }))
         }),
       events: Stream.fromPubSub(events),
-      evaluate: (passThreshold = 1) =>
-        Effect.flatMap(tests, (items) =>
+      evaluate: (passThreshold = 1, split = "test") =>
+        Effect.flatMap(tasksOf(split), (items) =>
           evaluate(stack.controller, { tasks: items, harness: run.harness, samples: run.eval.samples, greedyEnv: run.eval.greedy_env, passThreshold }).pipe(
             Effect.mapError(trainerError("evaluate"))
           )),

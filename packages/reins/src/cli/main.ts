@@ -1,5 +1,7 @@
 /** The root command; each subcommand lives in its own file beside this one. */
 import { Command } from "@effect/cli"
+import { bench } from "./bench.js"
+import { evalCommand } from "./eval.js"
 import { node } from "./node.js"
 import { serve } from "./serve.js"
 import { sft } from "./sft.js"
@@ -10,7 +12,7 @@ import { trainCommand } from "./train.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand])
+  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand, evalCommand, bench])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })

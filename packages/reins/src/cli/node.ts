@@ -16,12 +16,14 @@ export interface Role {
 }
 
 /**
- * Role → the actors it starts. Gateway and trainer are placeholders for now (probe
- * actors that answer a ping); the issues that build those actors replace their entries here.
+ * Role → the actors it starts. The gateway and trainer roles belong to the process that owns the
+ * device and drives a run: `reins train --join` is that node (it runs the `gateway`, `device` and
+ * `trainer` actors). A bare `reins node` with those roles only answers pings under their names,
+ * so a cluster's membership can be checked before a run starts.
  */
 export const roleActors: Record<string, Role> = {
-  gateway: { description: "placeholder actor `gateway` (answers Ping; the real Gateway is not built yet)", actors: Probe.layer("gateway") },
-  trainer: { description: "placeholder actor `trainer` (answers Ping; the real Trainer is not built yet)", actors: Probe.layer("trainer") },
+  gateway: { description: "answers Ping as `gateway` (the Gateway itself runs in `reins train --join` or `reins serve`)", actors: Probe.layer("gateway") },
+  trainer: { description: "answers Ping as `trainer` (the Trainer itself runs in `reins train --join`)", actors: Probe.layer("trainer") },
   rollout: {
     description:
       "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, REINS_ROLLOUT_CONCURRENCY=N, default 8)",

@@ -1,25 +1,29 @@
 /**
- * `reins start`: what `npm start` runs. Until the training run exists, a local node with all three
- * roles (placeholder actors), and how to reach it.
+ * `reins start`: what `npm start` runs — the calc example trained on this machine with the
+ * embedded defaults (`examples/calc/reins.config.json`: the shipped base policy, SQLite under
+ * `.reins/`, every role in one process, collocated schedule), base vs final pass@1 at the end.
  */
 import { Command } from "@effect/cli"
-import { Console, Effect, Option } from "effect"
-import { failWith, runNode } from "./node.js"
+import { Option } from "effect"
+import { fileURLToPath } from "node:url"
+import { failWith } from "./node.js"
+import { runTrain } from "./train.js"
+
+export const CALC_CONFIG = fileURLToPath(new URL("../../../../examples/calc/reins.config.json", import.meta.url))
 
 export const start = Command.make("start", {}, () =>
-  Console.log("reins start: a local node with the gateway, trainer and rollout roles (placeholder actors until the training run exists)").pipe(
-    Effect.zipRight(
-      runNode({
-        roles: ["gateway", "trainer", "rollout"],
-        listen: "127.0.0.1:7400",
-        join: [],
-        data: ".reins/local",
-        secretFile: Option.none(),
-        downAfter: 4,
-        maxFrameBytes: 64 * 1024 * 1024,
-        id: Option.none(),
-        advertise: Option.none()
-      })
-    ),
-    failWith("reins start")
-  )).pipe(Command.withDescription("Run the main job on the embedded defaults (what `npm start` runs): for now a local three-role node."))
+  runTrain({
+    config: CALC_CONFIG,
+    resume: Option.none(),
+    maxVersions: Option.none(),
+    noEval: false,
+    join: [],
+    listen: "127.0.0.1:0",
+    nodeData: ".reins/train-node",
+    secretFile: Option.none(),
+    noLocalRollouts: false,
+    gatewayHttp: "127.0.0.1:0",
+    publicUrl: Option.none()
+  }).pipe(failWith("reins start"))).pipe(
+    Command.withDescription("Run the main job on the embedded defaults (what `npm start` runs): train the calc example agent and report base vs final pass@1.")
+  )

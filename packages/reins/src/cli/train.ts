@@ -50,7 +50,7 @@ const publicUrl = Options.text("public-url").pipe(
   Options.withDescription("The Gateway's /v1 URL as harnesses should use it (default: from --gateway-http).")
 )
 
-const clusterOptions = (args: {
+interface NetworkArgs {
   readonly join: ReadonlyArray<string>
   readonly listen: string
   readonly nodeData: string
@@ -58,7 +58,9 @@ const clusterOptions = (args: {
   readonly noLocalRollouts: boolean
   readonly gatewayHttp: string
   readonly publicUrl: Option.Option<string>
-}) =>
+}
+
+const clusterOptions = (args: NetworkArgs) =>
   Effect.gen(function*() {
     const http = yield* parseListen(args.gatewayHttp)
     if (args.join.length === 0) {
@@ -98,10 +100,15 @@ export const progressLine = (event: TrainerEvent, total: number | undefined): st
     `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s`
 }
 
-export const trainCommand = Command.make(
-  "train",
-  { config, resume, maxVersions, noEval, join, listen, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
-  (args) =>
+export interface TrainArgs extends NetworkArgs {
+  readonly config: string
+  readonly resume: Option.Option<string>
+  readonly maxVersions: Option.Option<number>
+  readonly noEval: boolean
+}
+
+/** Runs `reins train` with parsed arguments (also what `reins start` runs on the calc example). */
+export const runTrain = (args: TrainArgs) =>
   Effect.gen(function*() {
     const network = yield* clusterOptions(args)
     const loaded = yield* loadRunConfig(args.config)
@@ -131,5 +138,10 @@ export const trainCommand = Command.make(
         `greedy ${pct(s.base_greedy_pass_at_1)} → ${pct(s.final_greedy_pass_at_1)}; ${s.harness_errors} harness errors`
     )
     yield* Console.log(`report: ${result.runDir}/report.md`)
-  }).pipe(failWith("reins train"))
-).pipe(Command.withDescription("Train an agent through its harness on this machine (all roles in one process)."))
+  })
+
+export const trainCommand = Command.make(
+  "train",
+  { config, resume, maxVersions, noEval, join, listen, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
+  (args) => runTrain(args).pipe(failWith("reins train"))
+).pipe(Command.withDescription("Train an agent through its harness on this machine, or as the gateway+trainer node of a cluster (--join)."))

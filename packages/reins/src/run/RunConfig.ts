@@ -2,8 +2,9 @@
  * The configuration of `reins train CONFIG`: what to train (a model directory), on which tasks,
  * through which harness, with which Trainer settings, and how to evaluate before and after.
  * Written by users in JSON (or a JS/TS module's default export), so keys are snake_case like the
- * harness spec and the Trainer's config; unknown keys are errors naming the key. Relative paths
- * are resolved against the config file's folder.
+ * harness spec and the Trainer's config; unknown keys are errors naming the key. Relative input
+ * paths (model, tasks, the harness's cwd) are resolved against the config file's folder, output
+ * folders (`runs_dir`, `data_dir`) against the current directory.
  */
 import { HarnessSpec } from "@reins/protocol"
 import { decodeTrainerConfig, type TrainerConfigError } from "@reins/trainer"
@@ -71,8 +72,8 @@ const resolvePaths = (config: RunConfig, base: string): RunConfig =>
     tasks: resolveFrom(base, config.tasks),
     harness: new HarnessSpec({ ...config.harness, cwd: resolveFrom(base, config.harness.cwd ?? ".") }),
     eval: new EvalConfig({ ...config.eval, ...(config.eval.tasks === undefined ? {} : { tasks: resolveFrom(base, config.eval.tasks) }) }),
-    runs_dir: resolveFrom(base, config.runs_dir),
-    data_dir: resolveFrom(base, config.data_dir)
+    runs_dir: path.resolve(config.runs_dir),
+    data_dir: path.resolve(config.data_dir)
   })
 
 /** Reads, validates and resolves a run config; the Trainer section is decoded too (errors name the key). */

@@ -13,8 +13,8 @@
  *
  * The loop owns all run state in one fiber; the controller's admission hook only reads it.
  */
-import { type TrainerConfig, VersionMetrics } from "@reins/protocol"
-import { Effect, FiberSet, Option, PubSub, Queue, type Scope } from "effect"
+import { type TrainerConfig, TrainerStatus, VersionMetrics } from "@reins/protocol"
+import { Effect, FiberSet, Option, PubSub, Queue, Ref, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import path from "node:path"
 import { type JsonlWriter, openJsonl } from "../jsonl.js"
@@ -32,6 +32,8 @@ export interface RunOptions {
   readonly resume?: Cursor | undefined
   /** Every version's metrics, as they are written. */
   readonly events?: PubSub.PubSub<TrainerEvent> | undefined
+  /** Kept up to date with where the run stands (the Trainer actor's `Status`). */
+  readonly status?: Ref.Ref<TrainerStatus> | undefined
 }
 
 export type TrainerEvent =
@@ -70,6 +72,20 @@ class RunState {
     this.versions = resume?.versions ?? 0
     this.pending = [...(resume?.pending ?? [])]
     if (resume !== undefined) gate.restore(resume.consumedGroups)
+  }
+
+  status(training: boolean, schedule: TrainerConfig["schedule"]): TrainerStatus {
+    const running = this.unfinished
+    return new TrainerStatus({
+      training,
+      schedule,
+      version: this.version,
+      versions: this.versions,
+      running,
+      finished: this.groups.size - running,
+      consumed: this.gate.consumedGroups,
+      budget: this.gate.budget
+    })
   }
 
   get unfinished(): number {
@@ -190,8 +206,13 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         return dir
       })
 
+    const report = (training: boolean) =>
+      options.status === undefined ? Effect.void : Ref.set(options.status, state.status(training, config.schedule))
+    yield* Effect.addFinalizer(() => report(false))
+
     yield* fill
     while (!reachedEnd()) {
+      yield* report(true)
       const drained = !state.tasksLeft && state.unfinished === 0
       const batch = state.gate.select(state.views(), state.version, drained)
       if (batch !== null) {

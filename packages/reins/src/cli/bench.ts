@@ -1,0 +1,59 @@
+/**
+ * `reins bench [NAME] [-- ARGS...]`: runs the benchmark `bench/NAME.ts` of a reins checkout (the
+ * same as `npm run bench -- NAME ARGS...`): its default export `(args) => Promise<void>` measures
+ * and writes `bench/results/NAME.{json,md,svg}`. Without NAME, lists the benchmarks. Options of
+ * the benchmark go after `--` (e.g. `reins bench sync-vs-async -- --quick`).
+ */
+import { Args, Command } from "@effect/cli"
+import { Console, Data, Effect, Option } from "effect"
+import { existsSync, readdirSync } from "node:fs"
+import path from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { failWith } from "./node.js"
+
+export class BenchError extends Data.TaggedError("BenchError")<{ readonly message: string }> {}
+
+/** bench/ of the checkout this CLI runs from (packages/reins/src/cli → the repository root). */
+const benchDir = fileURLToPath(new URL("../../../../bench/", import.meta.url))
+
+/** Benchmark names: bench/*.ts except the runner and the report helpers. */
+export const availableBenchmarks = (dir: string): ReadonlyArray<string> =>
+  existsSync(dir)
+    ? readdirSync(dir)
+      .filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts") && !["run.ts", "report.ts"].includes(f))
+      .map((f) => f.slice(0, -3))
+      .sort()
+    : []
+
+const runBenchmark = (name: Option.Option<string>, args: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const names = availableBenchmarks(benchDir)
+    if (names.length === 0) {
+      return yield* new BenchError({ message: `no benchmarks found in ${benchDir}: reins bench runs the benchmarks of a reins source checkout` })
+    }
+    if (Option.isNone(name)) {
+      yield* Console.log(`benchmarks (reins bench NAME [-- ARGS...]): ${names.join(", ")}`)
+      return
+    }
+    if (!names.includes(name.value)) {
+      return yield* new BenchError({ message: `unknown benchmark ${JSON.stringify(name.value)}; available: ${names.join(", ")}` })
+    }
+    const file = pathToFileURL(path.join(benchDir, `${name.value}.ts`)).href
+    const mod = yield* Effect.tryPromise({
+      try: () => import(file) as Promise<{ default?: unknown }>,
+      catch: (e) => new BenchError({ message: `cannot load ${file}: ${e instanceof Error ? e.message : String(e)}` })
+    })
+    const main = mod.default
+    if (typeof main !== "function") return yield* new BenchError({ message: `${file} has no default export (args) => Promise<void>` })
+    yield* Effect.tryPromise({
+      try: () => (main as (args: ReadonlyArray<string>) => Promise<void>)(args),
+      catch: (e) => new BenchError({ message: e instanceof Error ? e.message : String(e) })
+    })
+  })
+
+const name = Args.text({ name: "name" }).pipe(Args.optional, Args.withDescription("The benchmark (bench/NAME.ts); omit to list them."))
+const rest = Args.text({ name: "args" }).pipe(Args.repeated, Args.withDescription("Arguments of the benchmark, after --."))
+
+export const bench = Command.make("bench", { name, rest }, (a) => runBenchmark(a.name, a.rest).pipe(failWith("reins bench"))).pipe(
+  Command.withDescription("Run a benchmark of this checkout (bench/NAME.ts); results go to bench/results/.")
+)
