@@ -20,6 +20,8 @@ import type { RolloutSpec } from "./workload.js"
 export interface Group {
   readonly id: number
   readonly rollouts: Array<Rollout>
+  /** The version serving when the group was admitted (the staleness gate ages groups by it). */
+  readonly startVersion: number
   finished: number
 }
 

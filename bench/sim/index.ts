@@ -132,6 +132,7 @@ export const main = async (args: ReadonlyArray<string>): Promise<void> => {
     `Profile: ${profile.source}.`,
     `Predicted by a discrete-event simulation (bench/sim/), not measured. Weak scaling: per device ${options.n} rollouts/group, ${options.batch_groups_per_device} groups per update, ${options.async_groups_per_device} groups running (async), max_staleness ${options.max_staleness}; split trains on ${options.split_train_fraction * 100}% of its devices and runs on 2 where the row says 1.`,
     "Throughput counts rollouts trained per second of wall time between the end of the 2nd update and the end of the last; rates in the schedule columns are per device.",
+    "Staleness is bounded as in the real Trainer (StalenessGate): admission (groups admitted < consumed + (max_staleness + 1) × batch_groups) and the gate (an update waits for a still-running group that would otherwise exceed max_staleness; batches take the oldest groups first), so trained staleness never exceeds max_staleness.",
     "Data-parallel assumption: each device runs its own engine (sticky least-loaded routing of rollouts); an update over D devices takes fixed + per_token × tokens / D + allreduce × 2(D−1)/D + allreduce_latency × ⌈log2 D⌉.",
     "The tail knob stretches turns and tool time above their median by the factor (x → m + tail·(x − m)).",
     "Collocated ratios use the better of drain and interrupt at each point.",

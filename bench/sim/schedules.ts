@@ -6,8 +6,14 @@
  *   or stop them at a token boundary (interrupt), train on the same devices, reopen;
  * - split: some devices only generate, the others only train; after each update the generation
  *   devices stop for a weight sync.
- * Async schedules admit a group only while the rollouts started stay within
- * (version + max_staleness + 1) × batch, the admission bound of the real controller.
+ * The staleness bound works as in the real Trainer (packages/trainer/src/schedule/StalenessGate.ts),
+ * by admission AND a gate, never by discarding:
+ * - admission: a new group starts only while the groups admitted so far are fewer than
+ *   consumed + (max_staleness + 1) × batch_groups (consumed = groups already trained);
+ * - the gate: a group admitted at version s must be in update s + max_staleness at the latest; an
+ *   update waits while such a group is still running (generation goes on meanwhile), and a batch
+ *   takes the oldest finished groups first (every due one, at least batch_groups).
+ * So no trained token is ever staler than max_staleness.
  *
  * Throughput is measured between the end of update `warmup_updates` and the end of update
  * `warmup_updates + updates`, so the start-up (empty pipeline) doesn't count.
@@ -72,8 +78,8 @@ export interface SimResult {
   readonly rollouts_trained: number
   readonly events: number
   readonly trace?: {
-    /** Every group admission: time, version then, and rollouts started including this group. */
-    readonly admissions: ReadonlyArray<{ readonly t: number; readonly version: number; readonly started: number }>
+    /** Every group admission: time, version then, rollouts and groups started including this group, groups consumed by updates then. */
+    readonly admissions: ReadonlyArray<{ readonly t: number; readonly version: number; readonly started: number; readonly admitted: number; readonly consumed: number }>
     readonly updates: ReadonlyArray<UpdateTrace>
   }
 }
@@ -108,18 +114,19 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   const q = new EventQueue()
   const sampler = new WorkloadSampler(profile, c.tail, c.seed)
   const dev = profile.device
-  const batch = c.batch_groups * c.n
   const split = c.schedule === "split"
   const trainDevices = split ? Math.min(c.devices - 1, Math.max(1, Math.round(c.devices * c.split_train_fraction))) : c.devices
   const genDevices = split ? c.devices - trainDevices : c.devices
 
   let version = 0
   let started = 0
-  let running = 0 // groups started and not yet finished
+  let admittedGroups = 0
+  let consumedGroups = 0
+  const running = new Set<Group>() // groups started and not yet finished
   let nextRollout = 0
   let nextGroup = 0
   const ready: Array<Group> = [] // finished groups waiting for an update, in finish order
-  const admissions: Array<{ t: number; version: number; started: number }> = []
+  const admissions: Array<{ t: number; version: number; started: number; admitted: number; consumed: number }> = []
   const updates: Array<UpdateTrace> = []
   const staleness = new Map<number, number>()
   let overheadDeviceSeconds = 0
@@ -129,17 +136,18 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
 
   const onFinished = (r: Rollout) => {
     if (++r.group.finished < c.n) return
-    running--
+    running.delete(r.group)
     ready.push(r.group)
     schedule.groupFinished()
   }
   const cluster = new Cluster(q, genDevices, dev.decode, onFinished)
 
   const startGroup = () => {
-    const group: Group = { id: nextGroup++, rollouts: [], finished: 0 }
+    const group: Group = { id: nextGroup++, rollouts: [], startVersion: version, finished: 0 }
     started += c.n
-    running++
-    if (c.trace === true) admissions.push({ t: q.now, version, started })
+    admittedGroups++
+    running.add(group)
+    if (c.trace === true) admissions.push({ t: q.now, version, started, admitted: admittedGroups, consumed: consumedGroups })
     for (const spec of sampler.group(c.n)) {
       const r: Rollout = { id: nextRollout++, spec, group, startVersion: version, device: cluster.pick(), startedAt: q.now, turn: 0, heldSince: 0, finishedAt: NaN }
       group.rollouts.push(r)
@@ -147,15 +155,22 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
     }
   }
 
-  /** Async admission: keep async_groups running within the staleness bound. */
+  /** Async admission: keep async_groups running within the staleness budget. */
   const admit = () => {
-    while (running < c.async_groups && started + c.n <= (version + c.max_staleness + 1) * batch) startGroup()
+    while (running.size < c.async_groups && admittedGroups < consumedGroups + (c.max_staleness + 1) * c.batch_groups) startGroup()
   }
 
-  /** Takes one batch off the ready queue; returns its trained tokens and records staleness. */
-  const takeBatch = (): { tokens: number; rollouts: number } => {
+  const isDue = (g: Group) => g.startVersion + c.max_staleness <= version
+  /** The gate: an update may start when no due group is still running and a batch is ready. */
+  const batchReady = () => ready.length >= c.batch_groups && ![...running].some(isDue)
+
+  /** Takes one batch off the ready queue, oldest first; returns its trained tokens and records staleness. */
+  const takeBatch = (): { tokens: number; rollouts: number; groups: number } => {
     let tokens = 0, rollouts = 0
-    for (const g of ready.splice(0, c.batch_groups)) {
+    ready.sort((a, b) => a.startVersion - b.startVersion || a.id - b.id)
+    const due = ready.filter(isDue).length
+    const taken = ready.splice(0, Math.max(c.batch_groups, due))
+    for (const g of taken) {
       for (const r of g.rollouts) {
         tokens += r.spec.train_tokens
         rollouts++
@@ -163,7 +178,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
         if (updates.length >= c.warmup_updates) staleness.set(s, (staleness.get(s) ?? 0) + 1)
       }
     }
-    return { tokens, rollouts }
+    return { tokens, rollouts, groups: taken.length }
   }
 
   const snapshot = () => {
@@ -176,8 +191,11 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   }
 
   /** An update took effect: bump the version, and open or close the measuring window. */
-  const updated = (start: number, batchInfo: { tokens: number; rollouts: number }) => {
-    updates.push({ version, start, end: q.now, ...batchInfo })
+  const updated = (start: number, batchInfo: { tokens: number; rollouts: number; groups: number }) => {
+    updates.push({ version, start, end: q.now, tokens: batchInfo.tokens, rollouts: batchInfo.rollouts })
+    // As in the real loop, a trained batch frees admission budget only when its update is done
+    // (admissions during the update still see the old version).
+    consumedGroups += batchInfo.groups
     version++
     if (updates.length === c.warmup_updates) windowStart = snapshot()
     if (updates.length === c.warmup_updates + c.updates) {
@@ -219,7 +237,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   }
 
   /** Trains one batch on `devices` training devices for the modelled time plus `extra` seconds. */
-  const train = (devices: number, extra: number, then: (start: number, b: { tokens: number; rollouts: number }) => void) => {
+  const train = (devices: number, extra: number, then: (start: number, b: { tokens: number; rollouts: number; groups: number }) => void) => {
     const start = q.now
     const b = takeBatch()
     const t = updateTime(dev, b.tokens, devices)
@@ -243,7 +261,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
         return {
           begin: iteration,
           groupFinished: () => {
-            if (ready.length < c.batch_groups) return
+            if (!batchReady()) return
             train(c.devices, 0, (start, b) => {
               updated(start, b)
               iteration()
@@ -256,7 +274,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
         const interrupt = c.schedule === "collocated-interrupt"
         let updating = false
         const maybeUpdate = () => {
-          if (updating || ready.length < c.batch_groups) return
+          if (updating || !batchReady()) return
           updating = true
           cluster.closeGate()
           const update = () =>
@@ -285,7 +303,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
       case "split": {
         let training = false
         const maybeTrain = () => {
-          if (training || ready.length < c.batch_groups) return
+          if (training || !batchReady()) return
           training = true
           train(trainDevices, 0, (start, b) => {
             // Weight sync: generation stops mid-token for a brief swap, then continues.

@@ -7,7 +7,8 @@
  * {
  *   "profile": WorkloadProfile,             // see profile.ts; measured in the same run
  *   "config": { "n": 4, "batch_groups": 4, "async_groups": 8, "max_staleness": 1, "tail": 1,
- *               "updates": 8, "warmup_updates": 0 },  // the updates its wall time covers
+ *               "updates": 8, "warmup_updates": 0,  // the updates its wall time covers
+ *               "sim_tail": 1 },  // optional: tail to simulate when the profile already holds the run's tail
  *   "modes": {                              // any subset; keys are the simulation's schedule names
  *     "sync":                 { "rollouts_per_s": 0.9, "devices": 1 },   // also accepted:
  *     "collocated-drain":     { ... },     //   "collocated_drain", "rollouts_trained_per_s",
@@ -80,7 +81,9 @@ export const validateAgainst = (measured: unknown, defaults: ValidationDefaults,
       max_staleness: pick("max_staleness"),
       updates: pick("updates"),
       warmup_updates: pick("warmup_updates"),
-      tail: numOr(entry, ["tail"], numOr(config, ["tail"], 1))!,
+      // `sim_tail`: the tail to simulate on top of the profile (1 when the profile was measured
+      // with the run's own tail already in it); else `tail`.
+      tail: numOr(entry, ["sim_tail", "tail"], numOr(config, ["sim_tail", "tail"], 1))!,
       seed: defaults.seed,
       split_train_fraction: pick("split_train_fraction")
     }

@@ -105,16 +105,33 @@ describe("long tail", () => {
 })
 
 describe("async admission and split", () => {
-  it("no group starts beyond (version + max_staleness + 1) × batch", () => {
+  it("no group is admitted beyond consumed + (max_staleness + 1) × batch_groups", () => {
     for (const schedule of ["collocated-drain", "collocated-interrupt", "split"] as const) {
       for (const max_staleness of [0, 2]) {
         const c = config({ schedule, devices: 4, n: 4, batch_groups: 4, async_groups: 12, max_staleness, tail: 4, trace: true })
         const r = simulate(defaultProfile, c)
         const admissions = r.trace!.admissions
         expect(admissions.length).toBeGreaterThan(c.async_groups)
-        for (const a of admissions) expect(a.started).toBeLessThanOrEqual((a.version + max_staleness + 1) * c.batch_groups * c.n)
+        for (const a of admissions) expect(a.admitted).toBeLessThanOrEqual(a.consumed + (max_staleness + 1) * c.batch_groups)
         // The bound binds: with async_groups = 3 × batch_groups some admission hits it exactly.
-        expect(admissions.some((a) => a.started === (a.version + max_staleness + 1) * c.batch_groups * c.n)).toBe(true)
+        expect(admissions.some((a) => a.admitted === a.consumed + (max_staleness + 1) * c.batch_groups)).toBe(true)
+      }
+    }
+  })
+
+  it("the gate keeps trained staleness within max_staleness, however long the tail", () => {
+    // Long tail, many groups running: without the gate a slow group would be trained 4-8
+    // versions after it started (what admission alone allowed).
+    for (const schedule of ["collocated-drain", "collocated-interrupt", "split"] as const) {
+      for (const max_staleness of [0, 1, 2]) {
+        for (const seed of [1, 2, 3]) {
+          const c = config({ schedule, devices: 2, n: 4, batch_groups: 2, async_groups: 8, max_staleness, updates: 20, warmup_updates: 0, tail: 8, seed, trace: true })
+          const r = simulate(defaultProfile, c)
+          expect(r.max_staleness_seen).toBeLessThanOrEqual(max_staleness)
+          expect(Object.keys(r.staleness).map(Number).every((s) => s <= max_staleness)).toBe(true)
+          // Every update trained at least a whole batch (oldest first, due groups on top).
+          for (const u of r.trace!.updates) expect(u.rollouts).toBeGreaterThanOrEqual(c.batch_groups * c.n)
+        }
       }
     }
   })

@@ -87,16 +87,19 @@ const clusterOptions = (args: NetworkArgs) =>
 
 const pct = (x: number | null) => (x === null ? "  n/a" : `${(100 * x).toFixed(0).padStart(4)}%`)
 
-/** One line per version: a bar over versions, reward, pass rate, tokens/s, staleness, pause. */
-export const progressLine = (event: TrainerEvent, total: number | undefined): string | null => {
+/**
+ * One line per version: a bar over the run's updates (`done` of `total`), the version, reward,
+ * pass rate, tokens/s, staleness, pause.
+ */
+export const progressLine = (event: TrainerEvent, done: number, total: number | undefined): string | null => {
   if (event._tag === "Skipped") return `  (batch of ${event.groups} groups skipped at version ${event.version}: ${event.reason})`
   if (event._tag === "Checkpoint") return null
   const m = event.metrics
   const width = 20
-  const done = total === undefined ? 0 : Math.round((width * Math.min(m.version, total)) / total)
-  const bar = total === undefined ? "" : `[${"#".repeat(done)}${".".repeat(width - done)}] `
+  const filled = total === undefined ? 0 : Math.round((width * Math.min(done, total)) / total)
+  const bar = total === undefined ? "" : `[${"#".repeat(filled)}${".".repeat(width - filled)}] ${done}/${total} `
   const tps = m.wallSeconds > 0 ? Math.round(m.used.tokens / m.wallSeconds) : 0
-  return `${bar}v${m.version}${total === undefined ? "" : `/${total}`}  reward ${m.reward.mean?.toFixed(2) ?? "n/a"}  pass ${pct(m.reward.passRate)}  ` +
+  return `${bar}v${m.version}  reward ${m.reward.mean?.toFixed(2) ?? "n/a"}  pass ${pct(m.reward.passRate)}  ` +
     `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s`
 }
 
@@ -119,6 +122,7 @@ export const runTrain = (args: TrainArgs) =>
     const run = args.noEval ? new RunConfig({ ...loaded.run, eval: new EvalConfig({ ...loaded.run.eval, enabled: false }) }) : loaded.run
     // Loaded on use: the other commands need neither the Gateway nor the controller at start-up.
     const { train } = yield* Effect.promise(() => import("../run/train.js"))
+    let updates = 0
     const result = yield* train({
       run,
       trainer,
@@ -128,7 +132,8 @@ export const runTrain = (args: TrainArgs) =>
       publicUrl: network.publicUrl,
       log: (line) => Console.log(line),
       onEvent: (event) => {
-        const line = progressLine(event, trainer.max_versions)
+        if (event._tag === "Version") updates++
+        const line = progressLine(event, updates, trainer.max_versions)
         return line === null ? Effect.void : Console.log(line)
       }
     })

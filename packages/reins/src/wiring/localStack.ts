@@ -102,5 +102,5 @@ export const controllerPort = (controller: RolloutControllerService): TrainerPor
   awaitGroup: (groupId) => Effect.mapError(controller.awaitGroup(groupId), trainerError("await a group")),
   setAdmission: (admission) => controller.setAdmission(admission === null ? null : (request) => admission(request.groupId)),
   reconsider: controller.reconsider,
-  cancelAll: (reason) => controller.cancelAll(reason)
+  cancel: (rolloutId, reason) => controller.cancel(rolloutId, reason)
 })

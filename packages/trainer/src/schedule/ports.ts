@@ -46,7 +46,7 @@ export interface ControllerPort {
   readonly setAdmission: (admission: GroupAdmission | null) => Effect.Effect<void>
   /** Asks the controller to re-check waiting rollouts (the budget grew). */
   readonly reconsider: Effect.Effect<void>
-  readonly cancelAll: (reason: string) => Effect.Effect<number, TrainerError>
+  readonly cancel: (rolloutId: string, reason: string) => Effect.Effect<boolean, TrainerError>
 }
 
 /** Recorded rollouts (the Gateway's store). */

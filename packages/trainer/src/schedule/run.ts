@@ -228,7 +228,10 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
       yield* fill
     }
     yield* FiberSet.clear(waiters)
-    if (state.unfinished > 0) yield* ports.controller.cancelAll("the training run ended")
+    // Only this run's rollouts: anything else the controller runs (an evaluation) is not ours.
+    for (const g of state.groups.values()) {
+      if (g.ended === null) yield* Effect.forEach(g.rolloutIds, (id) => ports.controller.cancel(id, "the training run ended"), { discard: true })
+    }
     const finalCheckpoint = yield* checkpoint()
     return {
       version: state.version,
