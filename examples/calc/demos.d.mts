@@ -8,12 +8,14 @@ export interface DemoOptions {
   readonly direct?: number
   readonly wrongExpression?: number
   readonly miscopy?: number
+  /** `phrase` (default): a direct guess reads "It is N."; `bare`: just the number. */
+  readonly directStyle?: "phrase" | "bare"
 }
 export interface Demo {
   readonly kind: DemoKind
   readonly messages: ReadonlyArray<Message>
   readonly tools: ReadonlyArray<Tool>
 }
-export declare const DEMO_DEFAULTS: Required<DemoOptions>
+export declare const DEMO_DEFAULTS: Required<Omit<DemoOptions, "directStyle">>
 export declare const KINDS: ReadonlyArray<DemoKind>
 export declare const makeDemos: (tasks: ReadonlyArray<CalcTask>, options?: DemoOptions) => Array<Demo>

@@ -235,7 +235,7 @@ describe("demos", () => {
     const demos = makeDemos(train)
     const count = (k: string) => demos.filter((d) => d.kind === k).length
     expect(demos).toHaveLength(DEMO_DEFAULTS.n)
-    expect([count("direct"), count("wrong-expression"), count("miscopy"), count("correct")]).toEqual([650, 50, 50, 250])
+    expect([count("direct"), count("wrong-expression"), count("miscopy"), count("correct")]).toEqual([1100, 100, 100, 700])
     const byQuestion = new Map(train.map((t) => [t.input.question, t]))
     expect(new Set(demos.map((d) => d.messages[1]!.content)).size).toBe(demos.length)
     for (const d of demos) {
@@ -249,7 +249,8 @@ describe("demos", () => {
       expect(final.tool_calls).toBeUndefined()
       if (d.kind === "direct") {
         expect(rest).toHaveLength(1)
-        expect(Number(final.content)).not.toBe(task.answer)
+        expect(final.content).toMatch(/^It is -?\d+(\.\d+)?\.$/)
+        expect(Number(extractAnswer(final.content))).not.toBe(task.answer)
         continue
       }
       const [asked, tool] = rest
