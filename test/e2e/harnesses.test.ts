@@ -8,7 +8,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
 import { Task } from "@reins/protocol"
-import { Effect, Stream } from "effect"
+import { Context, Effect, Layer, Stream } from "effect"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
@@ -24,6 +24,9 @@ const tempDir = Effect.acquireRelease(
   Effect.sync(() => mkdtempSync(path.join(os.tmpdir(), "reins-e2e-"))),
   (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
 )
+
+/** The stack, alive for the rest of the test's scope. */
+const startReins = (run: RunConfig) => Effect.map(Layer.build(Reins.local({ run })), (context) => Context.get(context, Reins.Reins))
 
 /** Every rollout's calls: statuses, and whether each call's prompt extends the one before. */
 const recorded = (reins: Reins.ReinsService) =>
@@ -47,13 +50,14 @@ describe("end to end through the example harnesses", () => {
       const dir = yield* tempDir
       const { run } = yield* loadRunConfig(example("calc"))
       const events: Array<TrainerEvent> = []
-      const reins = yield* Reins.Reins.pipe(Effect.provide(Reins.local({ run: tempRun(run, dir) })))
+      const reins = yield* startReins(tempRun(run, dir))
       yield* Effect.forkScoped(Stream.runForEach(reins.events, (e) => Effect.sync(() => void events.push(e))))
+      const base = yield* reins.version
       const summary = yield* reins.train(trainerConfig({ batch_groups: 2, group_size: 6, async_groups: 3, max_versions: 2, lr: 3e-4, std_scaling: true, checkpoint_every: 0 }))
       expect(summary.versions).toBe(2)
-      expect(yield* reins.version).toBe(2)
+      expect(yield* reins.version).toBe(base + 2)
       const versions = events.flatMap((e) => (e._tag === "Version" ? [e.metrics] : []))
-      expect(versions.map((m) => m.version)).toEqual([1, 2])
+      expect(versions.map((m) => m.version)).toEqual([base + 1, base + 2])
       for (const m of versions) expect(m.used.segments).toBeGreaterThan(0)
 
       const rollouts = yield* recorded(reins)
@@ -75,7 +79,7 @@ describe("end to end through the example harnesses", () => {
       const model = path.join(dir, "model")
       const tokenizer = defaultTokenizer()
       yield* initModelDir(model, { tokenizer, config: defaultModelConfig(tokenizer.vocabSize, { dModel: 32, nLayers: 1, nHeads: 2, dFf: 64, contextLength: 1024 }) })
-      const reins = yield* Reins.Reins.pipe(Effect.provide(Reins.local({ run: tempRun(run, dir, { model }) })))
+      const reins = yield* startReins(tempRun(run, dir, { model }))
       const line = JSON.parse(readFileSync(path.join(path.dirname(example("mini-swe")), "tasks", "test.jsonl"), "utf8").split("\n")[0]!)
       const { hidden_tests, ...rest } = line
       const group = yield* reins.stack.controller.submit({ task: new Task({ id: rest.id, input: rest.input }), taskExtra: { hidden_tests }, size: 3 })
