@@ -7,6 +7,7 @@
 import { Command, Options } from "@effect/cli"
 import { Console, Effect, Option } from "effect"
 import { existsSync } from "node:fs"
+import path from "node:path"
 import { fileURLToPath } from "node:url"
 import { EvalConfig, loadRunConfig, RunConfig } from "../run/RunConfig.js"
 import { failWith } from "./node.js"
@@ -45,7 +46,8 @@ export const evalCommand = Command.make("eval", { model, harness, config, split,
     const evaluated = new RunConfig({ ...run, model: Option.getOrElse(args.model, () => run.model), eval: evalConfig })
     const { Reins } = yield* Effect.promise(() => import("../index.js"))
     const result = yield* Effect.flatMap(Reins.Reins, (r) => r.evaluate(trainer.pass_threshold, args.split === "train" ? "train" : "test")).pipe(
-      Effect.provide(Reins.local({ run: evaluated }))
+      // An evaluation writes no run folder: its store and logs go under the data directory.
+      Effect.provide(Reins.local({ run: evaluated, runDir: path.join(evaluated.data_dir, "evals", `${Date.now()}`) }))
     )
     const pct = (x: number | null) => (x === null ? "n/a" : `${(100 * x).toFixed(1)}%`)
     yield* Console.log(
