@@ -6,45 +6,21 @@
 import { describe, expect, it } from "@effect/vitest"
 import { loadModelDir } from "@reins/policy"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
 import { afterAll } from "vitest"
+import { killReinsChildren, runReins } from "../reinsCli.js"
 import { calcDemo, calcDemosJsonl } from "../trainer/sft-fixtures.js"
 
-const root = fileURLToPath(new URL("../..", import.meta.url))
 const tmp = mkdtempSync(join(tmpdir(), "reins-sft-cli-"))
-const children = new Set<ReturnType<typeof spawn>>()
 afterAll(() => {
-  for (const child of children) child.kill("SIGKILL")
+  killReinsChildren()
   rmSync(tmp, { recursive: true, force: true })
 })
 
-interface Run {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
-
 /** Runs `reins sft ...args` with a bounded lifetime. */
-const sft = (args: ReadonlyArray<string>): Promise<Run> =>
-  new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(root, "packages/reins/bin/reins.js"), "sft", ...args], { cwd: root, stdio: ["ignore", "pipe", "pipe"] })
-    children.add(child)
-    let stdout = ""
-    let stderr = ""
-    child.stdout!.on("data", (d) => (stdout += d))
-    child.stderr!.on("data", (d) => (stderr += d))
-    const timer = setTimeout(() => child.kill("SIGKILL"), 110_000)
-    child.on("error", reject)
-    child.on("close", (code) => {
-      clearTimeout(timer)
-      children.delete(child)
-      resolve({ code, stdout, stderr })
-    })
-  })
+const sft = (args: ReadonlyArray<string>) => runReins(["sft", ...args], 110_000)
 
 const demos = join(tmp, "demos.jsonl")
 writeFileSync(demos, calcDemosJsonl(48, 9))

@@ -1,42 +1,22 @@
 /** Shared by the `reins train` process tests: a tiny policy, a task set, a run config, child processes with bounded lifetimes. */
 import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import { killReinsChildren, type ReinsChild, spawnReins } from "../reinsCli.js"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
-const root = fileURLToPath(new URL("../..", import.meta.url))
 const fixture = (name: string) => fileURLToPath(new URL(`../trainer/fixtures/${name}`, import.meta.url))
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-export interface Child {
-  readonly child: ChildProcess
-  readonly exited: Promise<number | null>
-  readonly output: () => string
-}
-
-/** A workspace in a temp dir: every child started through it is SIGKILLed and the dir removed by `cleanup`. */
+/** A workspace in a temp dir: `reins` runs there; `cleanup` kills every child still running and removes the dir. */
 export const workspace = (prefix: string) => {
   const dir = mkdtempSync(join(tmpdir(), `reins-${prefix}-`))
-  const children = new Set<ChildProcess>()
-  const reins = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Child => {
-    const child = spawn(process.execPath, [join(root, "packages/reins/bin/reins.js"), ...args], {
-      cwd: dir,
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    children.add(child)
-    let output = ""
-    child.stdout!.on("data", (d) => (output += d))
-    child.stderr!.on("data", (d) => (output += d))
-    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-    return { child, exited, output: () => output }
-  }
+  const reins = (args: ReadonlyArray<string>, env: Record<string, string> = {}): ReinsChild => spawnReins(args, { cwd: dir, env })
   const cleanup = () => {
-    for (const child of children) child.kill("SIGKILL")
+    killReinsChildren()
     rmSync(dir, { recursive: true, force: true })
   }
   return { dir, reins, cleanup }
@@ -52,7 +32,7 @@ export const waitFor = async (check: () => boolean, ms: number, what: () => stri
 }
 
 /** Waits for a child's exit, at most `ms`; "timeout" otherwise. */
-export const exitWithin = (c: Child, ms: number) => Promise.race([c.exited, sleep(ms).then(() => "timeout" as const)])
+export const exitWithin = (c: ReinsChild, ms: number) => Promise.race([c.exited, sleep(ms).then(() => "timeout" as const)])
 
 /** Writes a tiny policy (`model/`), 40 tasks and `run.json` (a collocated run of the test agent) into `dir`. */
 export const writeTinyRun = async (dir: string, trainer: Record<string, unknown>) => {

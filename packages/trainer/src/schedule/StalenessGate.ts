@@ -37,7 +37,7 @@ export class StalenessGate {
     readonly maxStaleness: number
   ) {}
 
-  /** Groups that may have started, in total (admitted + waiting-for-nothing): the admission budget. */
+  /** Groups that may have been admitted in total: the admission budget. */
   get budget(): number {
     return this.consumed + (this.maxStaleness + 1) * this.batchGroups
   }
@@ -45,10 +45,6 @@ export class StalenessGate {
   /** Groups trained (or found untrainable) so far. */
   get consumedGroups(): number {
     return this.consumed
-  }
-
-  get admitted(): number {
-    return this.admittedCount
   }
 
   /**

@@ -1,0 +1,62 @@
+/** The `reins` CLI as a real child process, for the tests that run it: bounded lifetimes, every child killable at the end. */
+import { type ChildProcess, spawn } from "node:child_process"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+export const repoRoot = fileURLToPath(new URL("..", import.meta.url))
+const children = new Set<ChildProcess>()
+
+/** SIGKILLs every child still running (call from `afterAll`). */
+export const killReinsChildren = () => {
+  for (const child of children) child.kill("SIGKILL")
+}
+
+export interface ReinsChild {
+  readonly child: ChildProcess
+  readonly exited: Promise<number | null>
+  readonly stdout: () => string
+  readonly stderr: () => string
+  /** stdout and stderr as they interleaved. */
+  readonly output: () => string
+}
+
+/** Starts `reins ...args`. */
+export const spawnReins = (args: ReadonlyArray<string>, options: { readonly cwd?: string; readonly env?: Record<string, string> } = {}): ReinsChild => {
+  const child = spawn(process.execPath, [join(repoRoot, "packages/reins/bin/reins.js"), ...args], {
+    cwd: options.cwd ?? repoRoot,
+    env: { ...process.env, ...options.env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  children.add(child)
+  let stdout = ""
+  let stderr = ""
+  let output = ""
+  child.stdout!.on("data", (d) => ((stdout += d), (output += d)))
+  child.stderr!.on("data", (d) => ((stderr += d), (output += d)))
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.on("error", reject)
+    child.on("close", (code) => {
+      children.delete(child)
+      resolve(code)
+    })
+  })
+  return { child, exited, stdout: () => stdout, stderr: () => stderr, output: () => output }
+}
+
+export interface ReinsRun {
+  readonly code: number | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** Runs `reins ...args` to its end, killed after `timeoutMs`. */
+export const runReins = async (args: ReadonlyArray<string>, timeoutMs: number): Promise<ReinsRun> => {
+  const run = spawnReins(args)
+  const timer = setTimeout(() => run.child.kill("SIGKILL"), timeoutMs)
+  try {
+    const code = await run.exited
+    return { code, stdout: run.stdout(), stderr: run.stderr() }
+  } finally {
+    clearTimeout(timer)
+  }
+}
