@@ -22,8 +22,9 @@ import { Task as TaskClass } from "@reins/protocol"
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
 
-const harness = new HarnessSpec({
+const harness = (env: Record<string, string> = {}) => new HarnessSpec({
   command: [process.execPath, fixture("agent.mjs")],
+  env,
   timeout_s: 60,
   grace_s: 1,
   verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20 })
@@ -38,7 +39,7 @@ const tasks = (n: number) => {
   }
 }
 
-const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effect<A, unknown>) =>
+const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effect<A, unknown>, agentEnv: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const dir = mkdtempSync(path.join(os.tmpdir(), "reins-schedules-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
@@ -48,7 +49,7 @@ const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effe
       tokenizer,
       config: defaultModelConfig(tokenizer.vocabSize, { dModel: 32, nLayers: 1, nHeads: 2, dFf: 64, contextLength: 256 })
     })
-    const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness, concurrency: 6, split: config.schedule === "split" })
+    const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness: harness(agentEnv), concurrency: 6, split: config.schedule === "split" })
     const events = yield* PubSub.unbounded<TrainerEvent>()
     const seen = yield* PubSub.subscribe(events)
     const runDir = path.join(dir, "run")
@@ -126,7 +127,8 @@ describe("training schedules with real processes", () => {
           expect(run.metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])
           const { carriedOver, trained } = yield* checkInvariants(run, 1)
           expect(trained).toBeGreaterThanOrEqual(4 * 2 * 3 - 6)
-          // Some rollouts ran across an update and carry tokens of two versions.
+          // Some rollouts ran across an update and carry tokens of two versions (the agents of
+          // task t0 wait for one).
           expect(carriedOver).toBeGreaterThan(0)
           for (const m of run.metrics) {
             expect(m.pause.pauseSeconds).toBeGreaterThan(0)
@@ -137,7 +139,8 @@ describe("training schedules with real processes", () => {
           expect(latest?.cursor.version).toBe(4)
           // The Gateway serves the newest version.
           expect((yield* run.stack.gateway.state).version).toBe(4)
-        })
+        }),
+      { AGENT_WAIT_FOR_VERSION: "1" }
     ), 120_000)
 
   it.scopedLive("sync: every version trains only tokens of the version before it", () =>
