@@ -106,46 +106,67 @@ const once = async (pool: Pool, t: Target): Promise<boolean> => {
   return r.statusCode === 200 && text.includes("The answer is 42.")
 }
 
-const measure = async (t: Target, requests: number, seconds: number): Promise<Measured> => {
-  const pool = new Pool(t.origin, { connections: 64, keepAliveTimeout: 60_000, pipelining: 1 })
-  let ok = 0
-  let errors = 0
-  const count = (good: boolean) => (good ? ok++ : errors++)
-  for (let i = 0; i < Math.min(500, requests); i++) count(await once(pool, t)) // warm-up
-  const sequential: Array<number> = []
-  const t1 = performance.now()
-  for (let i = 0; i < requests; i++) {
+/** Sequential latencies of `n` requests (ms each). */
+const sequentialLatencies = async (pool: Pool, t: Target, n: number, count: (good: boolean) => void): Promise<Array<number>> => {
+  const out: Array<number> = []
+  for (let i = 0; i < n; i++) {
     const s = performance.now()
     count(await once(pool, t))
-    sequential.push(performance.now() - s)
+    out.push(performance.now() - s)
   }
-  const rps1 = requests / ((performance.now() - t1) / 1000)
-  const concurrent: Array<number> = []
+  return out
+}
+
+/** Requests per second and latencies of 64 clients for `seconds`. */
+const concurrentLoad = async (pool: Pool, t: Target, seconds: number, count: (good: boolean) => void) => {
+  const latencies: Array<number> = []
   const deadline = performance.now() + seconds * 1000
-  let done = 0
-  const t64 = performance.now()
+  const started = performance.now()
   await Promise.all(
     Array.from({ length: 64 }, async () => {
       while (performance.now() < deadline) {
         const s = performance.now()
         count(await once(pool, t))
-        concurrent.push(performance.now() - s)
-        done++
+        latencies.push(performance.now() - s)
       }
     })
   )
-  const rps64 = done / ((performance.now() - t64) / 1000)
-  await pool.close()
-  return {
-    p50: percentile(sequential, 50),
-    p99: percentile(sequential, 99),
-    rps_1: rps1,
-    rps_64: rps64,
-    p50_64: percentile(concurrent, 50),
-    p99_64: percentile(concurrent, 99),
-    ok,
-    errors
+  return { latencies, rps: latencies.length / ((performance.now() - started) / 1000) }
+}
+
+/**
+ * Every target warms up, then the sequential requests run in interleaved rounds (each round a
+ * slice for every target in turn), so drift in the machine's load hits all targets alike; the
+ * 64-client phase follows, target by target.
+ */
+const measureAll = async (targets: ReadonlyArray<Target>, requests: number, seconds: number): Promise<Record<string, Measured>> => {
+  const state = targets.map((t) => ({ t, pool: new Pool(t.origin, { connections: 64, keepAliveTimeout: 60_000, pipelining: 1 }), ok: 0, errors: 0, sequential: [] as Array<number> }))
+  const counter = (x: (typeof state)[number]) => (good: boolean) => (good ? x.ok++ : x.errors++)
+  for (const x of state) await sequentialLatencies(x.pool, x.t, Math.min(500, requests), counter(x)) // warm-up
+  const rounds = 8
+  for (let r = 0; r < rounds; r++) {
+    for (const x of state) {
+      const n = Math.floor(requests / rounds) + (r < requests % rounds ? 1 : 0)
+      x.sequential.push(...(await sequentialLatencies(x.pool, x.t, n, counter(x))))
+    }
   }
+  const results: Record<string, Measured> = {}
+  for (const x of state) {
+    console.log(`measuring ${x.t.name} at 64 clients ...`)
+    const load = await concurrentLoad(x.pool, x.t, seconds, counter(x))
+    await x.pool.close()
+    results[x.t.name] = {
+      p50: percentile(x.sequential, 50),
+      p99: percentile(x.sequential, 99),
+      rps_1: x.sequential.length / (x.sequential.reduce((a, b) => a + b, 0) / 1000),
+      rps_64: load.rps,
+      p50_64: percentile(load.latencies, 50),
+      p99_64: percentile(load.latencies, 99),
+      ok: x.ok,
+      errors: x.errors
+    }
+  }
+  return results
 }
 
 const countRecorded = (file: string) =>
@@ -192,12 +213,9 @@ export default async (args: ReadonlyArray<string>) => {
         headers: { authorization: "Bearer unused", "x-portkey-provider": "openai", "x-portkey-custom-host": `${upstream}/v1` }
       }
     ]
-    const results: Record<string, Measured> = {}
-    for (const t of targets) {
-      console.log(`measuring ${t.name} ...`)
-      results[t.name] = await measure(t, requests, seconds)
-      if (results[t.name]!.errors > 0) throw new Error(`${t.name}: ${results[t.name]!.errors} failed requests`)
-    }
+    console.log(`measuring ${targets.map((t) => t.name).join(", ")}: ${requests} sequential requests each, in interleaved rounds ...`)
+    const results = await measureAll(targets, requests, seconds)
+    for (const t of targets) if (results[t.name]!.errors > 0) throw new Error(`${t.name}: ${results[t.name]!.errors} failed requests`)
     await stop(reins.proc)
     const recorded = await countRecorded(path.join(dataDir, "reins.db"))
     if (recorded !== results.reins!.ok) throw new Error(`reins recorded ${recorded} calls but answered ${results.reins!.ok}`)
@@ -238,7 +256,7 @@ export default async (args: ReadonlyArray<string>) => {
         ]
       },
       notes: [
-        `Fake OpenAI upstream on loopback (own process). ${requests} sequential requests per target after a 500-request warm-up; then 64 concurrent clients for ${seconds} s.`,
+        `Fake OpenAI upstream on loopback (own process). ${requests} sequential requests per target after a 500-request warm-up, in 8 interleaved rounds (each round a slice for every target in turn, so load drift hits all alike); then 64 concurrent clients for ${seconds} s, target by target.`,
         `reins recorded every one of its ${recorded} answered calls in SQLite (WAL, synchronous=NORMAL) before responding; counted after shutdown.`,
         "Portkey: @portkey-ai/gateway 1.15.2 (node build, headless, NODE_ENV=production), provider openai with x-portkey-custom-host.",
         "All processes share the machine's cores with the load generator; compare targets within one run."

@@ -13,6 +13,7 @@
  *   --async-groups A          groups kept running by the async modes (default 2 × G)
  *   --max-staleness S         staleness bound of the async modes (default 2, the Trainer's default)
  *   --tail X                  slow tasks (a quarter, the same in every mode) take X times as long (default 1)
+ *   --nice N                  niceness of the harness and verifier processes (default 10; 0 = none)
  *   --reward shaped|exact     calc: partial credit for near answers on top of the 0/1 verifier
  *                             (default shaped, so a weak base has reward variance); pass@1 is exact
  *   --repeats R               repeats of every mode, interleaved (default 2; --quick 1; --full 3)
@@ -40,23 +41,29 @@ import { timelineSvg } from "./syncVsAsync/timeline.js"
 import { writeFreshPolicy } from "./syncVsAsync/fresh.js"
 import { type Options, parseOptions } from "./syncVsAsync/options.js"
 
-/** The harness as reins runs it, behind the tail wrapper when --tail > 1. */
+/**
+ * The harness as reins runs it, behind the tail wrapper when --tail > 1. With --nice N the harness
+ * and verifier processes run at niceness N (coreutils `nice`), so on this machine, where they share
+ * the cores with the device worker, the device gets the CPU first — as when harnesses run on other
+ * machines. Every mode runs the same commands.
+ */
 const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessSpec } => {
   const dir = path.join(repoRoot, "examples", o.harness)
+  const niced = (argv: readonly [string, ...Array<string>]): [string, ...Array<string>] => (o.nice > 0 ? ["nice", "-n", String(o.nice), ...argv] : [...argv])
   const verify = [process.execPath, path.join(dir, "verify.mjs")] as const
-  const verifier = new VerifierSpec({ command: [...verify], cwd: repoRoot, timeout_s: 120 })
+  const verifier = new VerifierSpec({ command: niced(verify), cwd: repoRoot, timeout_s: 120 })
   const trainVerifier = o.reward === "exact"
     ? verifier
-    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify], cwd: repoRoot, timeout_s: 120 })
+    : new VerifierSpec({ command: niced([process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify]), cwd: repoRoot, timeout_s: 120 })
   const base = { cwd: repoRoot, grace_s: 2 }
   const command = [process.execPath, path.join(dir, "harness.mjs")] as const
-  const evalHarness = new HarnessSpec({ ...base, verifier, command: [...command], timeout_s: 300 })
-  if (o.tail === 1) return { harness: new HarnessSpec({ ...base, verifier: trainVerifier, command: [...command], timeout_s: 300 }), evalHarness }
+  const evalHarness = new HarnessSpec({ ...base, verifier, command: niced(command), timeout_s: 300 })
+  if (o.tail === 1) return { harness: new HarnessSpec({ ...base, verifier: trainVerifier, command: niced(command), timeout_s: 300 }), evalHarness }
   return {
     harness: new HarnessSpec({
       ...base,
       verifier: trainVerifier,
-      command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command],
+      command: niced([process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command]),
       env: { REINS_BENCH_TAIL: String(o.tail) },
       timeout_s: 300 * o.tail
     }),
@@ -173,6 +180,8 @@ const writeResults = (
   load: { readonly before: ReadonlyArray<number>; readonly after: ReadonlyArray<number> },
   elapsedS: number
 ) => {
+  // A run with a tail keeps its own files: the natural-spread results stay where they are.
+  const name = o.tail === 1 ? "sync-vs-async" : `sync-vs-async-tail${o.tail}`
   const summaries = Object.fromEntries(o.modes.map((m) => [m, modeSummary(m, figures)])) as Record<Mode, ReturnType<typeof modeSummary>>
   const all = o.modes.length === modes.length
   const perRepeat = all ? Array.from({ length: o.repeats }, (_, rep) => repeatRatios(figures.filter((f) => f.repeat === rep))) : []
@@ -201,6 +210,7 @@ const writeResults = (
     async_groups: o.asyncGroups,
     max_staleness: o.maxStaleness,
     tail: o.tail,
+    nice: o.nice,
     reward: o.reward,
     // The profile above already holds the run's tail: simulate it as measured.
     sim_tail: 1,
@@ -255,7 +265,7 @@ const writeResults = (
   }
   const ld = (l: ReadonlyArray<number>) => l.join(" ")
   const notes = [
-    `Workload: ${o.harness} harness (real processes), base ${baseSource}; per mode ${o.updates} updates of ${o.groups} groups × ${o.n} rollouts, async modes keep ${o.asyncGroups} groups running with max_staleness ${o.maxStaleness}; lr ${o.lr}, seed ${o.seed}; tail ${o.tail}; scale ${o.scale}.`,
+    `Workload: ${o.harness} harness (real processes), base ${baseSource}; per mode ${o.updates} updates of ${o.groups} groups × ${o.n} rollouts, async modes keep ${o.asyncGroups} groups running with max_staleness ${o.maxStaleness}; lr ${o.lr}, seed ${o.seed}; tail ${o.tail}; harness and verifier processes at nice ${o.nice}; scale ${o.scale}.`,
     o.reward === "shaped"
       ? "Training reward: shaped — the calc verifier's 1 for a right answer, else partial credit 0.5 × max(0, 1 − |answer − reference| / max(10, |reference|)) (bench/syncVsAsync/shaped-verify.mjs), so the weak base policy has reward variance in its groups; pass@1 counts exact answers only (the unmodified verifier)."
       : "Training reward: the harness's own verifier (exact).",
@@ -276,10 +286,10 @@ const writeResults = (
     ...(o.modes.some((m) => summaries[m].harness_errors > 0) ? ["HARNESS ERRORS: some harness saw a failed call (must be 0)."] : []),
     ...(o.modes.some((m) => summaries[m].timed_out) ? [`TIMED OUT: ${o.modes.filter((m) => summaries[m].timed_out).join(", ")} did not finish their updates within --timeout.`] : []),
     ...(o.modes.some((m) => summaries[m].skipped_updates > 0) ? [`Skipped updates (every group of the batch had zero reward variance, nothing to train; their rollouts are not counted): ${o.modes.map((m) => `${m} ${summaries[m].skipped_updates}`).join(", ")}.`] : []),
-    "Figures: sync-vs-async-timeline-<mode>.svg (device timeline of the first repeat), sync-vs-async-reward.svg (reward and pass@1 over wall time)."
+    `Figures: ${name}-timeline-<mode>.svg (device timeline of the first repeat), ${name}-reward.svg (reward and pass@1 over wall time).`
   ]
   writeReport({
-    name: "sync-vs-async",
+    name,
     json: { ...json, sim_validation: sim },
     table: {
       columns: ["mode", "devices", "wall s", "rollouts/s", "per device", "tokens/s", "busy gen / train / idle", "paused s", "held calls (mean)", "added latency mean / p95 s", "staleness hist", "max staleness seen / bound", "final pass@1", "harness errors"],
@@ -302,7 +312,7 @@ const writeResults = (
   for (const r of first) {
     const f = figures.find((x) => x.repeat === 0 && x.mode === r.mode)!
     const title = `${r.mode}: ${f.rollouts_trained} rollouts trained in ${f.wall_s.toFixed(1)} s (${f.rollouts_per_s.toFixed(2)}/s on ${r.devices} device${r.devices > 1 ? "s" : ""}), ${o.harness}, tail ${o.tail}`
-    writeFileSync(path.join(resultsDir, `sync-vs-async-timeline-${r.mode}.svg`), timelineSvg(r, title) + "\n")
+    writeFileSync(path.join(resultsDir, `${name}-timeline-${r.mode}.svg`), timelineSvg(r, title) + "\n")
   }
   const curves = first.map((r) => ({
     mode: r.mode,
@@ -311,9 +321,9 @@ const writeResults = (
     finalPassAt1: r.finalPassAt1,
     wallS: (r.tEnd - r.t0) / 1000
   }))
-  writeFileSync(path.join(resultsDir, "sync-vs-async-reward.svg"), curvesSvg(curves, `Reward and test pass@1 over wall time (${o.harness}, first repeat)`) + "\n")
-  console.log(`wrote ${resultsDir}sync-vs-async-timeline-{${first.map((r) => r.mode).join(",")}}.svg and sync-vs-async-reward.svg`)
-  renderPngs([...first.map((r) => `sync-vs-async-timeline-${r.mode}`), "sync-vs-async-reward", "sync-vs-async"])
+  writeFileSync(path.join(resultsDir, `${name}-reward.svg`), curvesSvg(curves, `Reward and test pass@1 over wall time (${o.harness}, first repeat)`) + "\n")
+  console.log(`wrote ${resultsDir}${name}-timeline-{${first.map((r) => r.mode).join(",")}}.svg and ${name}-reward.svg`)
+  renderPngs([...first.map((r) => `${name}-timeline-${r.mode}`), `${name}-reward`, name])
 }
 
 /** PNG copies of the figures (for READMEs) when `rsvg-convert` (librsvg) is installed; optional. */

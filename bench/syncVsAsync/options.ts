@@ -6,7 +6,7 @@
 import { type Mode, modes } from "./records.js"
 
 export const usage =
-  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--quick | --full]"
+  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--nice N] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--quick | --full]"
 
 export interface Options {
   readonly harness: "calc" | "mini-swe"
@@ -17,6 +17,8 @@ export interface Options {
   readonly asyncGroups: number
   readonly maxStaleness: number
   readonly tail: number
+  /** Niceness of the harness and verifier processes (0 = the reins process's own priority). */
+  readonly nice: number
   /** Training reward: the verifier's 0/1, or partial credit for near answers on top (calc). */
   readonly reward: "shaped" | "exact"
   readonly repeats: number
@@ -29,6 +31,11 @@ export interface Options {
   readonly scale: "quick" | "default" | "full"
 }
 
+const niceness = (n: number) => {
+  if (n > 19) throw new Error(`--nice expects 0..19, got ${n}\n${usage}`)
+  return n
+}
+
 export const parseOptions = (args: ReadonlyArray<string>): Options => {
   const given = new Map<string, string>()
   let scale: Options["scale"] = "default"
@@ -39,7 +46,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
       scale = flag === "--quick" ? "quick" : "full"
       continue
     }
-    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes"]
+    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--nice", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes"]
     if (!known.includes(flag)) throw new Error(`unknown option ${JSON.stringify(flag)}\n${usage}`)
     const v = args[++i]
     if (v === undefined) throw new Error(`${flag} needs a value\n${usage}`)
@@ -79,6 +86,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
     asyncGroups,
     maxStaleness: int("--max-staleness", 2, 0),
     tail: num("--tail", 1, 1),
+    nice: niceness(int("--nice", 10, 0)),
     reward,
     repeats: int("--repeats", full ? 3 : quick ? 1 : 2, 1),
     evalTasks: int("--eval-tasks", full ? 40 : quick ? 0 : 8, 0),

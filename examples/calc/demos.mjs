@@ -7,13 +7,13 @@
  * Mixed quality on purpose: a base policy should start mediocre and, above all, prefer a wrong
  * move, so that RL has to change what it prefers (greedy pass@1 must rise, not only sampled).
  * Kinds (fractions are options; `correct` gets the rest):
- *   direct            answers at once, without the tool, with a plausible wrong number (default 0.55)
+ *   direct            answers at once, without the tool, with a plausible wrong number (default 0.6)
  *   wrong-expression  calls calculate with a mistyped expression, answers its (wrong) result (0.05)
  *   miscopy           calls calculate correctly, then copies the result wrongly (0.05)
- *   correct           calls calculate correctly and answers its result (the rest: 0.25)
+ *   correct           calls calculate correctly and answers its result (the rest: 0.3)
  *
  *   node examples/calc/demos.mjs [--tasks examples/calc/tasks/train.jsonl] [--n 2000] [--seed 1]
- *        [--direct 0.55] [--wrong-expression 0.05] [--miscopy 0.05] [--out examples/calc/demos.jsonl]
+ *        [--direct 0.6] [--wrong-expression 0.05] [--miscopy 0.05] [--out examples/calc/demos.jsonl]
  */
 import { readFileSync, writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
@@ -22,7 +22,7 @@ import { TOOLS, assistantMessage, firstMessages } from "./agent.mjs"
 import { calculate, evaluate } from "./calculator.mjs"
 import { makeRandom } from "./random.mjs"
 
-export const DEMO_DEFAULTS = { n: 2000, seed: 1, direct: 0.55, wrongExpression: 0.05, miscopy: 0.05 }
+export const DEMO_DEFAULTS = { n: 2000, seed: 1, direct: 0.6, wrongExpression: 0.05, miscopy: 0.05 }
 export const KINDS = ["direct", "wrong-expression", "miscopy", "correct"]
 
 /** A near miss: off by a little, off by ten, or two digits swapped; never the answer, never negative. */
@@ -61,15 +61,15 @@ const toolCallId = (r) => {
   return `call_${Array.from({ length: 12 }, () => alphabet[r.int(0, 63)]).join("")}0`
 }
 
-/** One conversation of the given kind (`bare`: a direct guess is just the number). */
-const demo = (r, task, kind, bare) => {
+/** One conversation of the given kind. */
+const demo = (r, task, kind) => {
   const { question } = task.input
   const answer = task.answer
   // A guess, phrased the way a model that skips the tool tends to answer: one dominant opening, so
   // the base policy's single most likely move (what greedy decoding takes) is this wrong one.
   if (kind === "direct") {
     const guess = nearMiss(r, answer)
-    return [...firstMessages(question), assistantMessage(bare ? String(guess) : `It is ${guess}.`)]
+    return [...firstMessages(question), assistantMessage(`It is ${guess}.`)]
   }
   const expression = kind === "wrong-expression" ? mistype(r, task.expression, answer) : task.expression
   const result = calculate(expression)
@@ -101,7 +101,7 @@ export const makeDemos = (tasks, options = {}) => {
   }
   const r = makeRandom(o.seed)
   const chosen = r.shuffle(train).slice(0, o.n)
-  return kindsFor(r, o.n, o).map((kind, i) => ({ kind, messages: demo(r, chosen[i], kind, o.directStyle === "bare"), tools: TOOLS }))
+  return kindsFor(r, o.n, o).map((kind, i) => ({ kind, messages: demo(r, chosen[i], kind), tools: TOOLS }))
 }
 
 const main = () => {
@@ -114,8 +114,7 @@ const main = () => {
       seed: { type: "string", default: String(DEMO_DEFAULTS.seed) },
       direct: { type: "string", default: String(DEMO_DEFAULTS.direct) },
       "wrong-expression": { type: "string", default: String(DEMO_DEFAULTS.wrongExpression) },
-      miscopy: { type: "string", default: String(DEMO_DEFAULTS.miscopy) },
-      "direct-style": { type: "string", default: "phrase" }
+      miscopy: { type: "string", default: String(DEMO_DEFAULTS.miscopy) }
     }
   })
   const num = (name, lo, hi) => {
@@ -125,10 +124,8 @@ const main = () => {
   }
   const options = {
     n: num("n", 0, 1e6), seed: num("seed", 0, 2 ** 32 - 1), direct: num("direct", 0, 1),
-    wrongExpression: num("wrong-expression", 0, 1), miscopy: num("miscopy", 0, 1),
-    directStyle: values["direct-style"]
+    wrongExpression: num("wrong-expression", 0, 1), miscopy: num("miscopy", 0, 1)
   }
-  if (options.directStyle !== "phrase" && options.directStyle !== "bare") throw new Error(`--direct-style must be phrase or bare, got ${options.directStyle}`)
   const tasks = readFileSync(values.tasks, "utf8").split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l))
   const demos = makeDemos(tasks, options)
   writeFileSync(values.out, demos.map(({ messages, tools }) => JSON.stringify({ messages, tools })).join("\n") + "\n")

@@ -254,13 +254,15 @@ describe("workload profile for bench/sim", () => {
 describe("options", () => {
   it("defaults, presets and clear errors", () => {
     const d = parseOptions([])
-    expect(d).toMatchObject({ harness: "calc", updates: 4, groups: 2, n: 4, asyncGroups: 4, maxStaleness: 2, tail: 1, repeats: 2, scale: "default" })
+    expect(d).toMatchObject({ harness: "calc", updates: 4, groups: 2, n: 4, asyncGroups: 4, maxStaleness: 2, tail: 1, nice: 10, repeats: 2, scale: "default" })
     expect(d.modes).toEqual(["sync", "collocated-drain", "collocated-interrupt", "split"])
     expect(parseOptions(["--quick"])).toMatchObject({ updates: 2, evalTasks: 0, repeats: 1 })
     expect(parseOptions(["--full", "--updates", "20"])).toMatchObject({ updates: 20, groups: 4, n: 8, repeats: 3 })
     expect(parseOptions(["--groups", "3"]).asyncGroups).toBe(6)
     expect(parseOptions(["--modes", "split,sync"]).modes).toEqual(["sync", "split"])
     expect(() => parseOptions(["--tail", "0.5"])).toThrow(/--tail expects a number >= 1/)
+    expect(parseOptions(["--nice", "0"]).nice).toBe(0)
+    expect(() => parseOptions(["--nice", "20"])).toThrow(/--nice expects 0\.\.19/)
     expect(() => parseOptions(["--harness", "swe"])).toThrow(/calc or mini-swe/)
     expect(() => parseOptions(["--groups", "4", "--async-groups", "2"])).toThrow(/--async-groups/)
     expect(() => parseOptions(["--quick", "--full"])).toThrow(/exclude/)

@@ -235,7 +235,7 @@ describe("demos", () => {
     const demos = makeDemos(train)
     const count = (k: string) => demos.filter((d) => d.kind === k).length
     expect(demos).toHaveLength(DEMO_DEFAULTS.n)
-    expect([count("direct"), count("wrong-expression"), count("miscopy"), count("correct")]).toEqual([1100, 100, 100, 700])
+    expect([count("direct"), count("wrong-expression"), count("miscopy"), count("correct")]).toEqual([1200, 100, 100, 600])
     const byQuestion = new Map(train.map((t) => [t.input.question, t]))
     expect(new Set(demos.map((d) => d.messages[1]!.content)).size).toBe(demos.length)
     for (const d of demos) {

@@ -102,13 +102,16 @@ class Gathered {
 
 const path = (ctx: CallContext) => (ctx.endpoint === "chat.completions" ? "/chat/completions" : "/completions")
 
-/** Asks for ids and logprobs when configured; returns what to strip before the harness sees it. */
-const forwardBody = (upstream: UpstreamService, ctx: CallContext, body: Json) => {
-  if (!upstream.options.tokenIds) return { forward: body, stripLogprobs: false }
+/**
+ * The JSON text to send: the harness's own body as it came, unless ids and logprobs are to be
+ * asked for. Returns also what to strip before the harness sees the answer.
+ */
+const forwardBody = (upstream: UpstreamService, ctx: CallContext, body: Json, text: string) => {
+  if (!upstream.options.tokenIds) return { forward: text, stripLogprobs: false }
   const chat = ctx.endpoint === "chat.completions"
   const asked = chat ? body.logprobs === true : typeof body.logprobs === "number"
   const forward = { ...body, return_token_ids: true, logprobs: chat ? true : Math.max(1, Number(body.logprobs ?? 0)) }
-  return { forward, stripLogprobs: !asked }
+  return { forward: JSON.stringify(forward), stripLogprobs: !asked }
 }
 
 const stripChoiceLogprobs = (json: Json) => {
@@ -139,7 +142,14 @@ const reuseOf = (turns: ReadonlyArray<Turn>, body: Json, g: Gathered): { reuse: 
 const readText = (res: UpstreamResponse) =>
   Effect.tryPromise({ try: () => res.body.text(), catch: (e) => upstreamError(`reading the upstream response failed: ${String(e)}`) })
 
-export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService, body: Json): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
+/** Proxies one call; `text` is the request body as received (`body` parsed), recorded as is. */
+export const proxy = (
+  env: CallEnv,
+  ctx: CallContext,
+  upstream: UpstreamService,
+  body: Json,
+  text: string
+): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
   Effect.gen(function* () {
     if (typeof body.model !== "string") {
       const error = badRequest("'model' is required.", "model", "missing_required_parameter")
@@ -157,20 +167,20 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
     )
     const startedAt = Date.now()
     const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
-    const { forward, stripLogprobs } = forwardBody(upstream, ctx, body)
+    const { forward, stripLogprobs } = forwardBody(upstream, ctx, body, text)
     const g = new Gathered(ctx.endpoint === "chat.completions")
 
     // One record per call, never cut in half by the harness going away (see calls/engine.ts).
     let claimed = false
-    const record = (status: number, response: unknown, error: string | null): Effect.Effect<void, ApiError> =>
+    const record = (status: number, response: unknown, error: string | null, responseJson?: string): Effect.Effect<void, ApiError> =>
       Effect.uninterruptible(
         Effect.suspend(() => {
           if (claimed) return Effect.void
           claimed = true
-          return recordOnce(status, response, error)
+          return recordOnce(status, response, error, responseJson)
         })
       )
-    const recordOnce = (status: number, response: unknown, error: string | null) => {
+    const recordOnce = (status: number, response: unknown, error: string | null, responseJson: string | undefined) => {
       const { reuse, keys, tk } = reuseOf(turns, body, g)
       const outputIds = Int32Array.from(g.outputIds)
       const trainable = status === 200 && g.trainable
@@ -182,6 +192,9 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
         error,
         request: body,
         response,
+        // Both bodies are stored as they crossed the wire rather than re-serialized.
+        requestJson: text,
+        responseJson,
         promptIds: g.promptIds ? Int32Array.from(g.promptIds) : EMPTY_INT,
         outputIds,
         logprobs: g.logprobs.length === g.outputIds.length ? Float32Array.from(g.logprobs) : EMPTY_FLOAT,
@@ -220,10 +233,10 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
     if (streamed) return relay(res, g, stripLogprobs, record, admission.release)
 
     return yield* Effect.gen(function* () {
-      const text = yield* readText(res)
+      const answer = yield* readText(res)
       let json: Json | null = null
       try {
-        json = JSON.parse(text)
+        json = JSON.parse(answer)
       } catch {
         json = null
       }
@@ -231,17 +244,17 @@ export const proxy = (env: CallEnv, ctx: CallContext, upstream: UpstreamService,
         const error =
           json?.error && typeof json.error === "object"
             ? { status: res.status, body: json }
-            : { status: res.status === 200 ? 502 : res.status, body: errorBody(upstreamError(`upstream answered ${res.status}: ${text.slice(0, 500)}`)) }
+            : { status: res.status === 200 ? 502 : res.status, body: errorBody(upstreamError(`upstream answered ${res.status}: ${answer.slice(0, 500)}`)) }
         const message = String(error.body.error?.message ?? "upstream error")
         yield* record(error.status, null, `upstream: ${message}`).pipe(Effect.ignore)
         return HttpServerResponse.unsafeJson(error.body, { status: error.status })
       }
       g.addBody(json)
       g.firstTokenAt = Date.now()
-      yield* record(200, json, null)
+      yield* record(200, json, null, answer)
       return stripLogprobs
         ? HttpServerResponse.unsafeJson(stripChoiceLogprobs(json))
-        : HttpServerResponse.text(text, { contentType: "application/json" })
+        : HttpServerResponse.text(answer, { contentType: "application/json" })
     }).pipe(
       Effect.onInterrupt(() => record(499, null, "client closed the request").pipe(Effect.ignore)),
       Effect.ensuring(admission.release)

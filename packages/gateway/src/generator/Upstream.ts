@@ -35,8 +35,8 @@ export interface UpstreamService {
   readonly options: UpstreamOptions
   /** The base URL, normalized (no trailing slash). */
   readonly base: string
-  /** POSTs JSON to `path` under the base URL (e.g. `/chat/completions`). Interrupting aborts it. */
-  readonly post: (path: string, body: unknown) => Effect.Effect<UpstreamResponse, UpstreamError>
+  /** POSTs JSON text to `path` under the base URL (e.g. `/chat/completions`). Interrupting aborts it. */
+  readonly post: (path: string, json: string) => Effect.Effect<UpstreamResponse, UpstreamError>
   readonly get: (path: string) => Effect.Effect<{ readonly status: number; readonly json: unknown }, UpstreamError>
 }
 
@@ -65,11 +65,11 @@ export const make = (options: UpstreamOptions): Effect.Effect<UpstreamService, U
     const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream" }
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`
 
-    const post = (path: string, body: unknown) =>
+    const post = (path: string, json: string) =>
       Effect.tryPromise({
         try: (signal) =>
           agent
-            .request({ origin, path: pathname + path, method: "POST", headers, body: JSON.stringify(body), signal })
+            .request({ origin, path: pathname + path, method: "POST", headers, body: json, signal })
             .then((r) => ({ status: r.statusCode, contentType: String(r.headers["content-type"] ?? ""), body: r.body })),
         catch: (e) => new UpstreamError({ message: `upstream ${base}${path}: ${describe(e)}`, cause: e })
       })

@@ -55,8 +55,8 @@ const readBytes = (limit: number): Effect.Effect<Buffer, ApiError, HttpServerReq
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 
-/** The parsed body (any JSON value; the route's schema decides what is acceptable). */
-export const readJson = (limit: number): Effect.Effect<unknown, ApiError, HttpServerRequest.HttpServerRequest> =>
+/** The body as text and parsed (any JSON value; the route's schema decides what is acceptable). */
+export const readJsonText = (limit: number): Effect.Effect<{ readonly text: string; readonly json: unknown }, ApiError, HttpServerRequest.HttpServerRequest> =>
   Effect.flatMap(readBytes(limit), (bytes) => {
     let text: string
     try {
@@ -66,8 +66,12 @@ export const readJson = (limit: number): Effect.Effect<unknown, ApiError, HttpSe
     }
     if (text.trim() === "") return Effect.fail(invalidJson("the body is empty"))
     try {
-      return Effect.succeed(JSON.parse(text) as unknown)
+      return Effect.succeed({ text, json: JSON.parse(text) as unknown })
     } catch (e) {
       return Effect.fail(invalidJson((e as Error).message))
     }
   })
+
+/** The parsed body (any JSON value; the route's schema decides what is acceptable). */
+export const readJson = (limit: number): Effect.Effect<unknown, ApiError, HttpServerRequest.HttpServerRequest> =>
+  Effect.map(readJsonText(limit), (body) => body.json)

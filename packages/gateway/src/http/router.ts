@@ -22,12 +22,11 @@ const handled = (env: AppEnv, route: string, handler: Handler) =>
         if (failure._tag === "Some") return Effect.succeed(toResponse(failure.value))
         return Effect.logError(`${route}: unexpected failure`, cause).pipe(Effect.as(toResponse(internal("Unexpected server error; it was logged."))))
       }),
-      Effect.tap((response) =>
-        Effect.sync(() => {
-          env.metrics.requests.inc({ route, status: String(response.status) })
-          env.metrics.latency.observe({ route }, (performance.now() - start) / 1000)
-        })
-      )
+      Effect.map((response) => {
+        env.metrics.requests.inc({ route, status: String(response.status) })
+        env.metrics.latency.observe({ route }, (performance.now() - start) / 1000)
+        return response
+      })
     )
   })
 

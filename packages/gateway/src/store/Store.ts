@@ -43,6 +43,10 @@ export interface NewCall {
   readonly error: string | null
   readonly request: unknown
   readonly response: unknown
+  /** `request` as JSON text when the caller already has it (the body as received): stored as is. */
+  readonly requestJson?: string | undefined
+  /** `response` as JSON text when the caller already has it: stored as is. */
+  readonly responseJson?: string | undefined
   readonly promptIds: Int32Array
   readonly outputIds: Int32Array
   readonly logprobs: Float32Array

@@ -198,6 +198,9 @@ const trainLoop = (
     let logged = { at: started, step: 0, tokens: 0, loss: 0 }
     try {
       for (let k = 0; k < total; k++) {
+        // A step blocks the thread for up to a second; a turn of the event loop between steps
+        // lets SIGINT/SIGTERM interrupt the run at once instead of after the last step.
+        yield* Effect.sleep(0)
         const step = tokenNormalized(sequences, plan[k]!)
         for (const s of step) tokens += s.tokens.length - 1
         const batches = policy.packSequences(step, { maxTokens: MICRO_BATCH_TOKENS, maxSeqLen: model.config.contextLength })

@@ -12,7 +12,7 @@ import type { CallContext } from "../../calls/env.js"
 import { recordError } from "../../calls/env.js"
 import { planChat, planCompletion } from "../../calls/plan.js"
 import { proxy } from "../../calls/upstream.js"
-import { readJson } from "../body.js"
+import { readJson, readJsonText } from "../body.js"
 import { type ApiError, badRequest, internal, modelNotFound, notFound, unknownParameter } from "../errors.js"
 import type { AppEnv } from "./env.js"
 import { rewardJson } from "./json.js"
@@ -23,7 +23,7 @@ const completionRoute = (env: AppEnv, endpoint: CallContext["endpoint"]) =>
     const receivedAt = Date.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
     const ctx: CallContext = { attempt, endpoint, receivedAt }
-    const body = yield* readJson(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
     const backend = env.backend
     if (backend._tag === "Upstream") {
       if (typeof body !== "object" || body === null || Array.isArray(body)) {
@@ -31,7 +31,7 @@ const completionRoute = (env: AppEnv, endpoint: CallContext["endpoint"]) =>
         yield* recordError(env, ctx, error, body)
         return yield* Effect.fail(error)
       }
-      return yield* proxy(env, ctx, backend.upstream, body as Record<string, unknown>)
+      return yield* proxy(env, ctx, backend.upstream, body as Record<string, unknown>, text)
     }
     const info = yield* backend.generator.info
     const plan = yield* (endpoint === "chat.completions"

@@ -118,6 +118,9 @@ const toEvent = (r: Row) =>
 
 const EVENT_PAGE = 1000
 
+/** How many attempts (and keys) the store keeps in memory; more are read from SQLite. */
+const ATTEMPT_CACHE = 10_000
+
 /** Thrown inside a transaction to abort it with a typed failure. */
 type Expected = NotFound | IllegalTransition | Conflict
 const isExpected = (e: unknown): e is Expected => e instanceof NotFound || e instanceof IllegalTransition || e instanceof Conflict
@@ -140,7 +143,7 @@ const migrate = (filename: string) =>
 const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>): StoreService => {
   const q = (sql: string) => db.prepare(sql)
   const st = {
-    insertEvent: q(`INSERT INTO events (at, type, rollout_id, attempt_id, data) VALUES (?, ?, ?, ?, ?) RETURNING *`),
+    insertEvent: q(`INSERT INTO events (at, type, rollout_id, attempt_id, data) VALUES (?, ?, ?, ?, ?)`),
     insertRollout: q(`INSERT INTO rollouts (id, task, grp, state, attempts, created_at, updated_at) VALUES (?, ?, ?, 'queued', 0, ?, ?) RETURNING *`),
     rollout: q(`SELECT * FROM rollouts WHERE id = ?`),
     rolloutAttemptsUpdate: q(`UPDATE rollouts SET attempts = ?, state = ?, updated_at = ? WHERE id = ? RETURNING *`),
@@ -158,7 +161,8 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     call: q(`SELECT * FROM calls WHERE id = ?`),
     callOfAttempt: q(`SELECT id FROM calls WHERE id = ? AND attempt_id = ?`),
     callsOfAttempt: q(`SELECT * FROM calls WHERE attempt_id = ? ORDER BY seq`),
-    callsOfRollout: q(`SELECT calls.* FROM calls JOIN attempts ON attempts.id = calls.attempt_id WHERE calls.rollout_id = ? ORDER BY attempts.idx, calls.seq`),
+    // Attempts in order, then each one's calls by the (attempt_id, seq) index: no sort, no scan.
+    callsOfRollout: q(`SELECT calls.* FROM attempts CROSS JOIN calls ON calls.attempt_id = attempts.id WHERE attempts.rollout_id = ? ORDER BY attempts.idx, calls.seq`),
     attemptsOfRollout: q(`SELECT * FROM attempts WHERE rollout_id = ? ORDER BY idx`),
     insertReward: q(`INSERT INTO rewards (id, rollout_id, attempt_id, call_id, value, info, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *`),
     finalReward: q(`UPDATE rollouts SET reward = ?, updated_at = ? WHERE id = ?`),
@@ -174,12 +178,54 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
   const inTransaction = db.transaction((f: () => unknown) => f()) as <A>(f: () => A) => A
   const fail = (e: unknown) => new StoreError({ message: e instanceof Error ? e.message : String(e) })
 
-  /** An `Emit` that inserts each event in the current transaction and collects it for publishing. */
+  /**
+   * An `Emit` that inserts each event in the current transaction and collects it for publishing.
+   * The event is built from what was inserted (not read back): every call records one.
+   */
   const emitInto = (events: Array<StoreEvent>): Emit => (type, ids, data) => {
-    const e = toEvent(row(st.insertEvent, Date.now(), type, ids.rolloutId ?? null, ids.attemptId ?? null, json(data))!)
+    const at = Date.now()
+    const text = json(data)
+    const { lastInsertRowid } = st.insertEvent.run(at, type, ids.rolloutId ?? null, ids.attemptId ?? null, text)
+    const e = new StoreEvent({
+      seq: Number(lastInsertRowid),
+      at,
+      type,
+      rolloutId: ids.rolloutId ?? null,
+      attemptId: ids.attemptId ?? null,
+      data: text === null ? null : data
+    }, true)
     events.push(e)
     return e
   }
+
+  /**
+   * Attempts by key and by id, so that the attempt of a call is not looked up (and its key not
+   * hashed) in SQLite on every call. This store is the only writer of its file: every state
+   * change goes through `transition`, which refreshes the cached attempt after it commits.
+   */
+  const cache = (() => {
+    const byKey = new Map<string, string>()
+    const byId = new Map<string, Attempt>()
+    const bounded = <K, V>(m: Map<K, V>, k: K, v: V) => {
+      m.set(k, v)
+      if (m.size > ATTEMPT_CACHE) m.delete(m.keys().next().value!)
+    }
+    return {
+      byKey: (key: string): Attempt | undefined => {
+        const id = byKey.get(key)
+        return id === undefined ? undefined : byId.get(id)
+      },
+      byId: (id: string): Attempt | undefined => byId.get(id),
+      remember: (attempt: Attempt, key?: string) => {
+        if (key !== undefined) bounded(byKey, key, attempt.id)
+        bounded(byId, attempt.id, attempt)
+      },
+      /** Keeps a cached attempt current (attempts not cached are read from SQLite when needed). */
+      update: (attempt: Attempt) => {
+        if (byId.has(attempt.id)) byId.set(attempt.id, attempt)
+      }
+    }
+  })()
 
   /** Runs `body` in one transaction; its events are published once it has committed. */
   const write = <A>(body: (emit: Emit) => A): Effect.Effect<A, StoreError | Expected> =>
@@ -225,7 +271,8 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         for (const item of batch) item.resume(failure)
         return
       }
-      Effect.runSync(PubSub.publishAll(published, events))
+      // The hub is unbounded, so offering never waits: no fiber needed to publish.
+      for (const e of events) published.unsafeOffer(e)
       batch.forEach((item, i) => {
         const r = results[i]!
         item.resume(r instanceof NotFound ? Effect.fail(r) : Effect.succeed(r))
@@ -251,20 +298,28 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     return { rollout: toRollout(updated), attempt, key }
   }
 
+  /** The rollout of an attempt (attempts are never deleted, so a cached one exists). */
+  const rolloutOfAttempt = (attemptId: string): string => {
+    const cached = cache.byId(attemptId)
+    if (cached !== undefined) return cached.rolloutId
+    const attempt = row(st.attempt, attemptId)
+    if (attempt === undefined) throw new NotFound({ entity: "attempt", id: attemptId })
+    return attempt.rollout_id
+  }
+
   const insertCall = (call: NewCall, emit: Emit): LlmCall => {
-    const attempt = row(st.attempt, call.attemptId)
-    if (attempt === undefined) throw new NotFound({ entity: "attempt", id: call.attemptId })
+    const rolloutId = rolloutOfAttempt(call.attemptId)
     const seq = row(st.nextSeq, call.attemptId)!.seq as number
     const id = newId("call")
     const t = call.timings
     st.insertCall.run(
-      id, call.attemptId, attempt.rollout_id, seq, call.endpoint, call.model, call.status, call.error,
-      json(call.request), json(call.response),
+      id, call.attemptId, rolloutId, seq, call.endpoint, call.model, call.status, call.error,
+      call.requestJson ?? json(call.request), call.responseJson ?? json(call.response),
       toBlob(call.promptIds), toBlob(call.outputIds), toBlob(call.logprobs), toBlob(call.versions),
       call.finishReason, call.trainable ? 1 : 0, call.reuse.reusedTokens, call.reuse.fromCallId, call.reuse.break,
       t.receivedAt, t.startedAt, t.firstTokenAt, t.finishedAt, t.heldMs
     )
-    emit("call.recorded", { rolloutId: attempt.rollout_id, attemptId: call.attemptId }, {
+    emit("call.recorded", { rolloutId, attemptId: call.attemptId }, {
       callId: id,
       seq,
       status: call.status,
@@ -274,7 +329,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     })
     return new LlmCall({
       id,
-      rolloutId: attempt.rollout_id,
+      rolloutId,
       attemptId: call.attemptId,
       seq,
       endpoint: call.endpoint,
@@ -317,7 +372,16 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         return issueAttempt(rollout, rollout.attempts, options?.start ?? false, emit)
       }) as Effect.Effect<IssuedAttempt, StoreError | NotFound | Conflict>,
 
-    attemptByKey: (key) => read(() => Option.map(Option.fromNullable(row(st.attemptByHash, hashKey(key))), toAttempt)),
+    attemptByKey: (key) =>
+      read(() => {
+        const cached = cache.byKey(key)
+        if (cached !== undefined) return Option.some(cached)
+        const r = row(st.attemptByHash, hashKey(key))
+        if (r === undefined) return Option.none()
+        const attempt = toAttempt(r)
+        cache.remember(attempt, key)
+        return Option.some(attempt)
+      }),
 
     attempt: (id) => Effect.flatMap(read(() => row(st.attempt, id)), (r) => Effect.map(found(r, notFound("attempt", id)), toAttempt)),
 
@@ -334,7 +398,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         st.mirrorState.run(to, now, current.rollout_id, current.idx + 1)
         emit("attempt.state", { rolloutId: current.rollout_id, attemptId }, { from, to, reason: reason ?? null })
         return toAttempt(updated)
-      }) as Effect.Effect<Attempt, StoreError | NotFound | IllegalTransition>,
+      }).pipe(Effect.tap((attempt) => Effect.sync(() => cache.update(attempt)))) as Effect.Effect<Attempt, StoreError | NotFound | IllegalTransition>,
 
     recordCall: (call) => Effect.async<LlmCall, StoreError | NotFound>((resume) => void commits.add(call, resume)),
 

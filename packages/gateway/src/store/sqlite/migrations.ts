@@ -91,6 +91,17 @@ const m0001_init = Effect.gen(function* () {
     )`
 })
 
+/**
+ * Every call record is written on the response path, and each index on `calls` is one more page
+ * in each commit. Calls of a rollout are found through its attempts (`attempts (rollout_id, idx)`
+ * then `calls (attempt_id, seq)`), which also gives their order, so this index only cost writes.
+ */
+const m0002_drop_calls_by_rollout = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`DROP INDEX IF EXISTS calls_by_rollout`
+})
+
 export const migrations = {
-  "0001_init": m0001_init
+  "0001_init": m0001_init,
+  "0002_drop_calls_by_rollout": m0002_drop_calls_by_rollout
 }
