@@ -17,10 +17,10 @@
  */
 import { type LogCapture, SpawnError } from "@reins/protocol"
 import { Deferred, Duration, Effect, Exit, FiberId, type Scope } from "effect"
-import { spawn } from "node:child_process"
 import { rmSync, statSync, writeFileSync } from "node:fs"
 import { CappedLog } from "./logCapture.js"
 import { groupAlive, readProcStat, signalGroup } from "./procfs.js"
+import { type SpawnedChild, spawnDetached } from "./spawner.js"
 
 export interface GroupSpec {
   readonly command: ReadonlyArray<string>
@@ -125,19 +125,11 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     })
     const startedAt = Date.now()
 
-    const child = yield* Effect.async<ReturnType<typeof spawn>, SpawnError>((resume) => {
-      let c: ReturnType<typeof spawn>
-      try {
-        c = spawn(file, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
-      } catch (e) {
-        // Invalid arguments (a NUL byte in argv or env, ...) throw instead of emitting 'error'.
-        stdout.close()
-        stderr.close()
-        const err = e as NodeJS.ErrnoException
-        return resume(Effect.fail(new SpawnError({ reason: "spawn", code: err.code ?? null, command: file, message: spawnErrorMessage(file, err) })))
-      }
-      stdout.follow(c.stdout!)
-      stderr.follow(c.stderr!)
+    const child = yield* Effect.async<SpawnedChild, SpawnError>((resume) => {
+      // Through the spawner process: a fork of this (large) process would stall the device.
+      const c = spawnDetached(file, args, { cwd: spec.cwd, env: spec.env })
+      stdout.follow(c.stdout)
+      stderr.follow(c.stderr)
       c.once("exit", (code, signal) => {
         exitInfo = { code, signal }
         Deferred.unsafeDone(leaderExit, Exit.void)
@@ -186,8 +178,8 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
       }
       // The pipes close when the last holder dies; one that escaped the group could hold them open.
       if (!(yield* within(pipesClosed, 2_000))) {
-        child.stdout?.destroy()
-        child.stderr?.destroy()
+        child.stdout.destroy()
+        child.stderr.destroy()
       }
       if (spec.pidFile !== undefined) rmSync(spec.pidFile, { force: true })
       const leader = exitInfo as { readonly code: number | null; readonly signal: NodeJS.Signals | null } | null
