@@ -178,8 +178,7 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
       }
       // The pipes close when the last holder dies; one that escaped the group could hold them open.
       if (!(yield* within(pipesClosed, 2_000))) {
-        child.stdout.destroy()
-        child.stderr.destroy()
+        child.detach()
       }
       if (spec.pidFile !== undefined) rmSync(spec.pidFile, { force: true })
       const leader = exitInfo as { readonly code: number | null; readonly signal: NodeJS.Signals | null } | null

@@ -29,6 +29,12 @@ export class SpawnedChild extends EventEmitter {
   readonly stderr = new PassThrough()
   exited = false
   closed = false
+  /** Stops following the child's output (a process that escaped its group holds it open). */
+  detach(): void {
+    for (const [id, c] of children) if (c === this) release(id)
+    this.stdout.destroy()
+    this.stderr.destroy()
+  }
 }
 
 type Message =
