@@ -24,6 +24,9 @@ const helperPath = fileURLToPath(new URL("./spawner-child.mjs", import.meta.url)
 
 /** What `processGroup` uses of a child process. */
 export class SpawnedChild extends EventEmitter {
+  constructor(readonly id: number) {
+    super()
+  }
   pid: number | undefined = undefined
   readonly stdout = new PassThrough()
   readonly stderr = new PassThrough()
@@ -31,7 +34,7 @@ export class SpawnedChild extends EventEmitter {
   closed = false
   /** Stops following the child's output (a process that escaped its group holds it open). */
   detach(): void {
-    for (const [id, c] of children) if (c === this) release(id)
+    release(this.id)
     this.stdout.destroy()
     this.stderr.destroy()
   }
@@ -118,11 +121,10 @@ export const spawnDetached = (
   options: { readonly cwd?: string | undefined; readonly env: Readonly<Record<string, string>> }
 ): SpawnedChild => {
   helper ??= startHelper()
-  const id = nextId++
-  const child = new SpawnedChild()
-  children.set(id, child)
+  const child = new SpawnedChild(nextId++)
+  children.set(child.id, child)
   // While a child runs, the channel must keep the process alive to hear its end.
   helper.channel?.ref()
-  helper.send({ id, file, args, cwd: options.cwd, env: options.env })
+  helper.send({ id: child.id, file, args, cwd: options.cwd, env: options.env })
   return child
 }
