@@ -13,7 +13,7 @@
  *   --async-groups A          groups kept running by the async modes (default 2 × G)
  *   --max-staleness S         staleness bound of the async modes (default 2, the Trainer's default)
  *   --tail X                  slow tasks (a quarter, the same in every mode) take X times as long (default 1)
- *   --nice N                  niceness of the harness and verifier processes (default 10; 0 = none)
+ *   --nice N                  niceness of the harness and verifier processes (default 19; 0 = none)
  *   --reward shaped|exact     calc: partial credit for near answers on top of the 0/1 verifier
  *                             (default shaped, so a weak base has reward variance); pass@1 is exact
  *   --repeats R               repeats of every mode, interleaved (default 2; --quick 1; --full 3)
@@ -43,27 +43,28 @@ import { type Options, parseOptions } from "./syncVsAsync/options.js"
 
 /**
  * The harness as reins runs it, behind the tail wrapper when --tail > 1. With --nice N the harness
- * and verifier processes run at niceness N (coreutils `nice`), so on this machine, where they share
- * the cores with the device worker, the device gets the CPU first — as when harnesses run on other
- * machines. Every mode runs the same commands.
+ * and verifier processes run at niceness N (the specs' `nice`, which the local launcher also sets
+ * on their autogroups), so on this machine, where they share the cores with the device worker,
+ * the device gets the CPU first — as when harnesses run on other machines. Every mode runs the
+ * same commands.
  */
 const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessSpec } => {
   const dir = path.join(repoRoot, "examples", o.harness)
-  const niced = (argv: readonly [string, ...Array<string>]): [string, ...Array<string>] => (o.nice > 0 ? ["nice", "-n", String(o.nice), ...argv] : [...argv])
+  const nice = o.nice
   const verify = [process.execPath, path.join(dir, "verify.mjs")] as const
-  const verifier = new VerifierSpec({ command: niced(verify), cwd: repoRoot, timeout_s: 120 })
+  const verifier = new VerifierSpec({ command: verify, cwd: repoRoot, timeout_s: 120, nice })
   const trainVerifier = o.reward === "exact"
     ? verifier
-    : new VerifierSpec({ command: niced([process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify]), cwd: repoRoot, timeout_s: 120 })
-  const base = { cwd: repoRoot, grace_s: 2 }
+    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify], cwd: repoRoot, timeout_s: 120, nice })
+  const base = { cwd: repoRoot, grace_s: 2, nice }
   const command = [process.execPath, path.join(dir, "harness.mjs")] as const
-  const evalHarness = new HarnessSpec({ ...base, verifier, command: niced(command), timeout_s: 300 })
-  if (o.tail === 1) return { harness: new HarnessSpec({ ...base, verifier: trainVerifier, command: niced(command), timeout_s: 300 }), evalHarness }
+  const evalHarness = new HarnessSpec({ ...base, verifier, command, timeout_s: 300 })
+  if (o.tail === 1) return { harness: new HarnessSpec({ ...base, verifier: trainVerifier, command, timeout_s: 300 }), evalHarness }
   return {
     harness: new HarnessSpec({
       ...base,
       verifier: trainVerifier,
-      command: niced([process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command]),
+      command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command],
       env: { REINS_BENCH_TAIL: String(o.tail) },
       timeout_s: 300 * o.tail
     }),

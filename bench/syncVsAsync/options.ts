@@ -86,7 +86,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
     asyncGroups,
     maxStaleness: int("--max-staleness", 2, 0),
     tail: num("--tail", 1, 1),
-    nice: niceness(int("--nice", 10, 0)),
+    nice: niceness(int("--nice", 19, 0)),
     reward,
     repeats: int("--repeats", full ? 3 : quick ? 1 : 2, 1),
     evalTasks: int("--eval-tasks", full ? 40 : quick ? 0 : 8, 0),

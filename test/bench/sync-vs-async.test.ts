@@ -254,7 +254,7 @@ describe("workload profile for bench/sim", () => {
 describe("options", () => {
   it("defaults, presets and clear errors", () => {
     const d = parseOptions([])
-    expect(d).toMatchObject({ harness: "calc", updates: 4, groups: 2, n: 4, asyncGroups: 4, maxStaleness: 2, tail: 1, nice: 10, repeats: 2, scale: "default" })
+    expect(d).toMatchObject({ harness: "calc", updates: 4, groups: 2, n: 4, asyncGroups: 4, maxStaleness: 2, tail: 1, nice: 19, repeats: 2, scale: "default" })
     expect(d.modes).toEqual(["sync", "collocated-drain", "collocated-interrupt", "split"])
     expect(parseOptions(["--quick"])).toMatchObject({ updates: 2, evalTasks: 0, repeats: 1 })
     expect(parseOptions(["--full", "--updates", "20"])).toMatchObject({ updates: 20, groups: 4, n: 8, repeats: 3 })

@@ -53,6 +53,18 @@ describe("local launcher", () => {
       expect(outcome.logs.stdout.droppedBytes).toBe(0)
     }))
 
+  // Linux weighs each session's autogroup like the whole reins process whatever the niceness of
+  // its processes: the launcher sets both, or a few starting harnesses starve the device thread.
+  it.scopedLive("runs the harness at its spec's niceness (default 19), its autogroup too", () =>
+    Effect.forEach([[undefined, 19], [5, 5], [0, 0]] as const, ([nice, expected]) =>
+      Effect.gen(function*() {
+        const handle = yield* launcher.launch(attemptSpec(harness(["priority", String(expected)], nice === undefined ? {} : { nice })))
+        expect((yield* handle.outcome)._tag).toBe("Succeeded")
+        const printed = JSON.parse(readFileSync(handle.files.stdout, "utf8"))
+        expect(printed.nice).toBe(expected)
+        if (printed.autogroup !== null && expected > 0) expect(printed.autogroup).toMatch(new RegExp(` nice ${expected}$`))
+      })))
+
   it.scopedLive("a crashing harness is a failed (behaviour) outcome with its exit code and stderr", () =>
     Effect.gen(function*() {
       const handle = yield* launcher.launch(attemptSpec(harness(["crash"])))

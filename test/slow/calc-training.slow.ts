@@ -3,7 +3,7 @@
  * as a real `reins train` process. It asserts that test pass@1 rose above the base policy's by more
  * than the measurement's noise: for the sampled pass@1 (tasks × samples Bernoulli draws), twice the
  * standard error of the difference; for greedy pass@1 (one draw per task), 20 points (issue goal).
- * About 17 minutes on 2 cores.
+ * About 12 minutes on 2 cores.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"

@@ -34,6 +34,13 @@ const EnvName = Schema.String.pipe(
 export const EnvVars = Schema.Record({ key: EnvName, value: Schema.String })
 
 const Seconds = Schema.Number.pipe(Schema.positive(), Schema.finite())
+/**
+ * Local launcher: the niceness (0–19) its processes run at, also set on their session's
+ * autogroup. Linux puts every session in its own autogroup, which weighs as much as the whole
+ * reins process (the device thread included) whatever the processes' own niceness; at 0, a dozen
+ * harnesses starting up starve the device. Ignored by the Kubernetes launcher.
+ */
+const Niceness = Schema.Int.pipe(Schema.between(0, 19)).annotations({ description: "niceness 0..19" })
 const Argv = Schema.NonEmptyArray(Schema.String).annotations({ description: "argv: program then arguments (no shell)" })
 
 /** A command run after the harness exits; its last stdout line is the reward. */
@@ -42,7 +49,9 @@ export class VerifierSpec extends Schema.Class<VerifierSpec>("VerifierSpec")({
   cwd: Schema.optional(Schema.String),
   env: Schema.optionalWith(EnvVars, { default: () => ({}) }),
   timeout_s: Schema.optionalWith(Seconds, { default: () => 60 }),
-  max_log_bytes: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1 << 20 })
+  max_log_bytes: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1 << 20 }),
+  /** Local launcher: niceness of the verifier's processes (see `Niceness`). */
+  nice: Schema.optionalWith(Niceness, { default: () => 19 })
 }) {}
 
 /** How to run the harness as a Kubernetes Job (one Job per attempt). */
@@ -74,6 +83,8 @@ export class HarnessSpec extends Schema.Class<HarnessSpec>("HarnessSpec")({
   grace_s: Schema.optionalWith(Schema.Number.pipe(Schema.nonNegative(), Schema.finite()), { default: () => 10 }),
   /** Cap of each captured log (stdout, stderr, pod log); the rest is dropped with a marker. */
   max_log_bytes: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1 << 20 }),
+  /** Local launcher: niceness of the harness's processes (see `Niceness`). */
+  nice: Schema.optionalWith(Niceness, { default: () => 19 }),
   verifier: Schema.optional(VerifierSpec),
   kubernetes: Schema.optional(KubernetesHarnessSpec)
 }) {}

@@ -113,6 +113,7 @@ export const runVerifier = (input: VerifierInput): Effect.Effect<VerifierReward,
         stdoutFile: input.files.verifierStdout,
         stderrFile: input.files.verifierStderr,
         maxLogBytes: v.max_log_bytes,
+        nice: v.nice,
         pidFile: input.files.verifierPidFile,
         pidRecord: { attemptId: input.identity.attemptId, rolloutId: input.identity.rolloutId }
       }).pipe(

@@ -60,6 +60,7 @@ export const makeLocalLauncher = (options: LocalLauncherOptions): Launcher => {
         stdoutFile: files.stdout,
         stderrFile: files.stderr,
         maxLogBytes: h.max_log_bytes,
+        nice: h.nice,
         pidFile: files.pidFile,
         pidRecord: { attemptId: spec.attemptId, rolloutId: spec.rolloutId }
       })

@@ -31,6 +31,8 @@ export interface GroupSpec {
   readonly stdoutFile: string
   readonly stderrFile: string
   readonly maxLogBytes: number
+  /** Niceness of the group (its leader and its session's autogroup); 0 leaves it as inherited. */
+  readonly nice?: number
   /** Written after spawn, removed once the group is gone. */
   readonly pidFile?: string
   /** Recorded in the pid file next to the pgid (the attempt's ids, for the reaper). */
@@ -127,7 +129,7 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
 
     const child = yield* Effect.async<SpawnedChild, SpawnError>((resume) => {
       // Through the spawner process: a fork of this (large) process would stall the device.
-      const c = spawnDetached(file, args, { cwd: spec.cwd, env: spec.env })
+      const c = spawnDetached(file, args, { cwd: spec.cwd, env: spec.env, nice: spec.nice ?? 0 })
       stdout.follow(c.stdout)
       stderr.follow(c.stderr)
       c.once("exit", (code, signal) => {

@@ -118,13 +118,13 @@ const startHelper = (): ChildProcess => {
 export const spawnDetached = (
   file: string,
   args: ReadonlyArray<string>,
-  options: { readonly cwd?: string | undefined; readonly env: Readonly<Record<string, string>> }
+  options: { readonly cwd?: string | undefined; readonly env: Readonly<Record<string, string>>; readonly nice?: number }
 ): SpawnedChild => {
   helper ??= startHelper()
   const child = new SpawnedChild(nextId++)
   children.set(child.id, child)
   // While a child runs, the channel must keep the process alive to hear its end.
   helper.channel?.ref()
-  helper.send({ id: child.id, file, args, cwd: options.cwd, env: options.env })
+  helper.send({ id: child.id, file, args, cwd: options.cwd, env: options.env, nice: options.nice ?? 0 })
   return child
 }
