@@ -50,13 +50,12 @@ import { type Options, parseOptions } from "./syncVsAsync/options.js"
  */
 const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessSpec } => {
   const dir = path.join(repoRoot, "examples", o.harness)
-  const nice = o.nice
   const verify = [process.execPath, path.join(dir, "verify.mjs")] as const
-  const verifier = new VerifierSpec({ command: verify, cwd: repoRoot, timeout_s: 120, nice })
+  const verifier = new VerifierSpec({ command: verify, cwd: repoRoot, timeout_s: 120, nice: o.nice })
   const trainVerifier = o.reward === "exact"
     ? verifier
-    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify], cwd: repoRoot, timeout_s: 120, nice })
-  const base = { cwd: repoRoot, grace_s: 2, nice }
+    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify], cwd: repoRoot, timeout_s: 120, nice: o.nice })
+  const base = { cwd: repoRoot, grace_s: 2, nice: o.nice }
   const command = [process.execPath, path.join(dir, "harness.mjs")] as const
   const evalHarness = new HarnessSpec({ ...base, verifier, command, timeout_s: 300 })
   if (o.tail === 1) return { harness: new HarnessSpec({ ...base, verifier: trainVerifier, command, timeout_s: 300 }), evalHarness }

@@ -129,7 +129,7 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
 
     const child = yield* Effect.async<SpawnedChild, SpawnError>((resume) => {
       // Through the spawner process: a fork of this (large) process would stall the device.
-      const c = spawnDetached(file, args, { cwd: spec.cwd, env: spec.env, nice: spec.nice ?? 0 })
+      const c = spawnDetached(file, args, { cwd: spec.cwd, env: spec.env, nice: spec.nice })
       stdout.follow(c.stdout)
       stderr.follow(c.stderr)
       c.once("exit", (code, signal) => {

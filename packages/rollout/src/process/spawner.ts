@@ -114,7 +114,7 @@ const startHelper = (): ChildProcess => {
   return p
 }
 
-/** Starts `file args` in its own process group, through the helper process. */
+/** Starts `file args` in its own process group, through the helper process, at niceness `nice` (default: inherited). */
 export const spawnDetached = (
   file: string,
   args: ReadonlyArray<string>,
