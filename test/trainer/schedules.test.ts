@@ -22,12 +22,15 @@ import { Task as TaskClass } from "@reins/protocol"
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
 
+// Niceness 0, not the launcher's default 19: the agents must keep pace with the Trainer (the t0
+// agents wait a bounded time for an update) while another test file computes beside this one.
 const harness = (env: Record<string, string> = {}) => new HarnessSpec({
   command: [process.execPath, fixture("agent.mjs")],
   env,
   timeout_s: 60,
   grace_s: 1,
-  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20 })
+  nice: 0,
+  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20, nice: 0 })
 })
 
 /** A source of `n` distinct tasks. */
