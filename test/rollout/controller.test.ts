@@ -10,7 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Store } from "@reins/gateway"
 import { type AttemptFinished, type LaunchUpdate, Task, VerifierSpec } from "@reins/protocol"
 import { ActorSystem, Probe } from "@reins/runtime"
-import { Chunk, Effect, Fiber, Layer, Stream } from "effect"
+import { Chunk, Context, Effect, Exit, Fiber, Layer, Scope, Stream } from "effect"
 import { chmodSync, copyFileSync, existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -24,7 +24,7 @@ import {
   launcherActorLayer as launcherLayer,
   RolloutController
 } from "@reins/rollout/controller"
-import { answerTask, baseConfig, controllerFixture, harnessSpec, localLayers } from "./controllerHelpers.js"
+import { answerTask, baseConfig, controllerFixture, harnessSpec, launcherAndStore, localLayers } from "./controllerHelpers.js"
 import { tempDir, waitFor } from "./helpers.js"
 
 const dirs: Array<{ cleanup: () => void }> = []
@@ -254,6 +254,38 @@ describe("rollout controller (local launcher, real store)", () => {
       expect(admitted.sort()).toEqual([...group.rolloutIds].sort())
       expect(events).toHaveLength(5)
     }).pipe(Effect.provide(localLayers({ dir: freshDir() }))))
+
+  it.scopedLive("closing the controller ends its running rollouts (recorded as cancelled, processes gone) and returns", () => {
+    const dir = freshDir()
+    const runLog = join(dir, "runs.log")
+    const started = () => (existsSync(runLog) ? readFileSync(runLog, "utf8").split("\n").filter((l) => l.startsWith("start")) : [])
+    return Effect.gen(function*() {
+      const store = yield* Store
+      const scope = yield* Scope.make()
+      const controller = Context.get(yield* Layer.buildWithScope(RolloutController.layer(baseConfig()), scope), RolloutController)
+      const hang = yield* controller.submit({
+        task: new Task({ id: "hang", input: { mode: "hang" } }),
+        size: 3,
+        harness: harnessSpec({ env: { RUN_LOG: runLog }, verifier: undefined })
+      })
+      yield* waitFor(() => started().length === 2, 20_000)
+      // Closing used to wait forever: its attempts' fibers were interrupted before the cancel
+      // that needs them to settle their rollouts.
+      const closed = yield* Scope.close(scope, Exit.void).pipe(Effect.disconnect, Effect.timeout("20 seconds"), Effect.either)
+      expect(closed._tag).toBe("Right")
+      for (const id of hang.rolloutIds) {
+        const detail = yield* store.rollout(id)
+        expect(detail.rollout.state).toBe("cancelled")
+        for (const a of detail.attempts) {
+          expect(a.state).toBe("cancelled")
+          expect(a.reason).toMatch(/controller stopped/)
+        }
+      }
+      const pids = started().map((l) => Number(l.split(" ")[3]))
+      expect(pids.filter((pid) => pid > 0)).toHaveLength(2)
+      for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow()
+    }).pipe(Effect.provide(launcherAndStore({ dir, maxConcurrent: 2 })))
+  })
 
   it.scopedLive("cancel and cancel-all leave every rollout in a terminal state, running ones included", () => {
     const dir = freshDir()

@@ -36,11 +36,13 @@ export const baseConfig = (fields: Partial<ControllerConfig> = {}): ControllerCo
   ...fields
 })
 
-/** In one process: actor system, a local launcher actor (`maxConcurrent`), the SQLite store, the controller. */
-export const localLayers = (options: { readonly dir: string; readonly maxConcurrent?: number; readonly config?: Partial<ControllerConfig> }) => {
-  const base = Layer.mergeAll(
+/** In one process: actor system, a local launcher actor (`maxConcurrent`) and the SQLite store as the ledger. */
+export const launcherAndStore = (options: { readonly dir: string; readonly maxConcurrent?: number }) =>
+  Layer.mergeAll(
     launcherLayer({ kind: "local", dataDir: `${options.dir}/launcher` }, { maxConcurrent: options.maxConcurrent ?? 4 }),
     storeLedgerLayer
   ).pipe(Layer.provideMerge(Layer.merge(ActorSystem.layerLocal(), SqliteStore.layer({ filename: `${options.dir}/store.db` }))))
-  return RolloutController.layer(baseConfig(options.config)).pipe(Layer.provideMerge(base))
-}
+
+/** `launcherAndStore` plus the controller. */
+export const localLayers = (options: { readonly dir: string; readonly maxConcurrent?: number; readonly config?: Partial<ControllerConfig> }) =>
+  RolloutController.layer(baseConfig(options.config)).pipe(Layer.provideMerge(launcherAndStore(options)))

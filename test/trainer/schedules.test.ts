@@ -13,8 +13,9 @@ import { ActorSystem } from "@reins/runtime"
 import { latestCheckpoint, readJsonl, runTraining, type TrainerEvent, trainerConfig } from "@reins/trainer"
 import { VersionMetrics } from "@reins/protocol"
 import { localStack } from "reins"
-import { Effect, Option, PubSub, Queue } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { Effect, Option, PubSub, Queue, Schedule } from "effect"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { createRequire, syncBuiltinESMExports } from "node:module"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -42,7 +43,8 @@ const tasks = (n: number) => {
   }
 }
 
-const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effect<A, unknown>, agentEnv: Record<string, string> = {}) =>
+/** A tiny policy in a device worker, the local stack around it, and the run's event stream. */
+const setupRun = (config: TrainerConfig, agentEnv: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const dir = mkdtempSync(path.join(os.tmpdir(), "reins-schedules-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
@@ -55,12 +57,39 @@ const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effe
     const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness: harness(agentEnv), concurrency: 6, split: config.schedule === "split" })
     const events = yield* PubSub.unbounded<TrainerEvent>()
     const seen = yield* PubSub.subscribe(events)
-    const runDir = path.join(dir, "run")
-    const summary = yield* runTraining({ config, ports: { ...stack.ports, tasks: tasks(40) }, runDir, events })
+    const run = runTraining({ config, ports: { ...stack.ports, tasks: tasks(40) }, runDir: path.join(dir, "run"), events })
+    return { stack, seen, run, runDir: path.join(dir, "run") }
+  })
+
+const withRun = <A>(config: TrainerConfig, body: (run: RunResult) => Effect.Effect<A, unknown>, agentEnv: Record<string, string> = {}) =>
+  Effect.gen(function*() {
+    const { stack, seen, run, runDir } = yield* setupRun(config, agentEnv)
+    const summary = yield* run
     const all = yield* Queue.takeAll(seen)
     const metrics = yield* readJsonl(path.join(runDir, "metrics.jsonl"), VersionMetrics)
     return yield* body({ stack, summary, events: [...all], metrics, runDir })
   }).pipe(Effect.provide(ActorSystem.layerLocal()))
+
+/**
+ * Worker threads started while in scope, with their entry module: the test ends one to crash a
+ * device. Node's builtin module is patched for the scope's duration (and restored after).
+ */
+const trackedWorkerThreads = Effect.acquireRelease(
+  Effect.sync(() => {
+    const workerThreads = createRequire(import.meta.url)("node:worker_threads") as typeof import("node:worker_threads")
+    const Original = workerThreads.Worker
+    const threads: Array<{ readonly entry: string; readonly thread: InstanceType<typeof Original> }> = []
+    workerThreads.Worker = class extends Original {
+      constructor(...args: ConstructorParameters<typeof Original>) {
+        super(...args)
+        threads.push({ entry: JSON.stringify(args[1]?.workerData ?? null), thread: this })
+      }
+    }
+    syncBuiltinESMExports()
+    return { threads, restore: () => { workerThreads.Worker = Original; syncBuiltinESMExports() } }
+  }),
+  ({ restore }) => Effect.sync(restore)
+).pipe(Effect.map(({ threads }) => threads))
 
 interface RunResult {
   readonly stack: Effect.Effect.Success<ReturnType<typeof localStack>>
@@ -156,6 +185,38 @@ describe("training schedules with real processes", () => {
           for (const m of run.metrics) expect(m.staleness.histogram.slice(1).every((n) => n === 0)).toBe(true)
         })
     ), 120_000)
+
+  it.scopedLive("a device worker that dies between updates stops the run with a clear error instead of training on from the base", () =>
+    Effect.gen(function*() {
+      const threads = yield* trackedWorkerThreads
+      // Batch 1 is t0 and t1; the agents of later tasks wait for the go file before calling.
+      const go = path.join(mkdtempSync(path.join(os.tmpdir(), "reins-restart-")), "go")
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(path.dirname(go), { recursive: true, force: true })))
+      const { seen, run } = yield* setupRun(
+        trainerConfig({ schedule: "sync", batch_groups: 2, group_size: 2, max_versions: 4, checkpoint_every: 0, lr: 1e-3, micro_batch_tokens: 2048 }),
+        { AGENT_GO_FILE: go, AGENT_HOLD_FROM_TASK: "2" }
+      )
+      const system = yield* ActorSystem
+      const device = () => system.localActors().find((a) => a.name === "device")
+      // After version 1, end the device's worker thread the way a crash would; once the supervisor
+      // has restarted it, let the next batch's agents go.
+      yield* Effect.forkScoped(Effect.gen(function*() {
+        while ((yield* Queue.take(seen))._tag !== "Version");
+        const thread = threads.find((t) => t.entry.includes("device"))
+        expect(thread, "the device worker thread").toBeDefined()
+        yield* Effect.promise(() => thread!.thread.terminate())
+        yield* Effect.sync(device).pipe(
+          Effect.filterOrFail((d) => d?.restarts === 1 && d.status === "running", () => "not restarted yet"),
+          Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("60 seconds")))
+        )
+        writeFileSync(go, "")
+      }))
+      const error = yield* Effect.flip(run)
+      // The restarted worker loaded the model directory, the base policy (version 0).
+      expect(error).toMatchObject({ _tag: "TrainerError", operation: "device version" })
+      expect(error.message).toMatch(/generation device serves version 0 where the run is at version 1: it restarted/)
+      expect(error.message).toMatch(/--resume/)
+    }).pipe(Effect.provide(ActorSystem.layerLocal())), 120_000)
 
   it.scopedLive("split: a second device trains and its weights reach the generation device", () =>
     withRun(

@@ -44,7 +44,7 @@ import {
   Task
 } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
-import { Cause, Context, Deferred, Duration, Effect, Layer, Option, PubSub, Queue, Schedule, Schema, type Scope, Stream } from "effect"
+import { Cause, Context, Deferred, Duration, Effect, ExecutionStrategy, Layer, Option, PubSub, Queue, Schedule, Schema, Scope, Stream } from "effect"
 import type { AttemptEndpoints } from "../harness/env.js"
 import { attemptStateOf, type FailedRewardPolicy, isRetryable, outcomeReason, rewardDecision } from "../outcome.js"
 import type { TaskGroup } from "../tasks/queue.js"
@@ -216,7 +216,10 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
   Effect.gen(function*() {
     const ledger: AttemptLedgerService = yield* AttemptLedger
     const system = yield* ActorSystem
-    const scope = yield* Effect.scope
+    // The controller's fibers (one per placed attempt, discovery, retries) live in a scope of their
+    // own, which closes only after the finalizer below has ended every rollout: finalizers run
+    // last-added first, and an attempt's fiber must still be running to settle its rollout.
+    const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
     const maxAttempts = Math.max(1, Math.floor(config.maxAttempts ?? 3))
     const backoffInitial = Duration.toMillis(config.retryBackoff?.initial ?? "1 second")
     const backoffMax = Duration.toMillis(config.retryBackoff?.max ?? "30 seconds")
@@ -869,7 +872,8 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     // closing the controller ends every rollout it still holds (bounded: launchers may be gone),
     // unless they are left for the next controller to resume
     if (config.onStop !== "leave") {
-      yield* Effect.addFinalizer(() => cancelAll("controller stopped").pipe(Effect.timeout("15 seconds"), Effect.ignore))
+      // (interruptible, or the timeout could not cut it short: finalizers run uninterruptibly)
+      yield* Effect.addFinalizer(() => cancelAll("controller stopped").pipe(Effect.interruptible, Effect.timeout("15 seconds"), Effect.ignore))
     }
 
     yield* wake

@@ -19,7 +19,7 @@ import { randomBytes } from "node:crypto"
 import path from "node:path"
 import { type JsonlWriter, openJsonl } from "../jsonl.js"
 import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
-import { type DeviceClockReading, type RolloutEnded, type TaskItem, type TrainerError, trainerError, type TrainerPorts } from "./ports.js"
+import { type DeviceClockReading, type RolloutEnded, type TaskItem, TrainerError, trainerError, type TrainerPorts } from "./ports.js"
 import { type GroupState, StalenessGate } from "./StalenessGate.js"
 import { deviceBusy, runUpdate, updateMetrics } from "./update.js"
 
@@ -167,6 +167,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     const update = (groupIds: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const rolloutIds = groupIds.flatMap((id) => state.groups.get(id)!.rolloutIds)
+        yield* checkServing(yield* readClocks(ports), state.version)
         const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, rolloutIds })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
@@ -174,10 +175,12 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
           yield* publish(options, { _tag: "Skipped", version: state.version, groups: groupIds.length, reason: "no trainable samples" })
           return
         }
+        yield* checkServing({ generation: { version: result.outcome.version }, training: null }, state.version + 1)
         state.version = result.outcome.version
         state.versions++
         const now = performance.now()
         const nextClock = yield* readClocks(ports)
+        yield* checkServing(nextClock, state.version)
         const wall = (now - lastAt) / 1000
         const busy = deviceBusy(wall, { from: clock.generation, to: nextClock.generation }, clock.training === null ? null : { from: clock.training, to: nextClock.training! })
         clock = nextClock
@@ -248,6 +251,31 @@ const readClocks = (ports: TrainerPorts) =>
     const training: DeviceClockReading | null = ports.training === ports.generation ? null : yield* ports.training.clock
     return { generation, training }
   })
+
+type Serving = { readonly version: number }
+
+/**
+ * Every device must serve the run's version. One that does not has restarted: a device worker
+ * that died (out of memory, a crash in the backend) comes back with the weights of its model
+ * directory — the base policy — and its optimizer state is gone, so training on would silently
+ * continue from the base. The run stops instead; `--resume` continues from the newest checkpoint.
+ */
+const checkServing = (
+  clocks: { readonly generation: Serving; readonly training: Serving | null },
+  version: number
+): Effect.Effect<void, TrainerError> => {
+  const wrong = [["generation", clocks.generation], ["training", clocks.training]] as const
+  for (const [role, reading] of wrong) {
+    if (reading === null || reading.version === version) continue
+    return Effect.fail(new TrainerError({
+      operation: "device version",
+      message: `the ${role} device serves version ${reading.version} where the run is at version ${version}: ` +
+        "it restarted (a device worker that dies comes back with its model directory's weights and no optimizer state), " +
+        "so training on would continue from the wrong policy. The run stops; continue it from its newest checkpoint with --resume"
+    }))
+  }
+  return Effect.void
+}
 
 const appendMetrics = (writer: JsonlWriter<VersionMetrics>, line: VersionMetrics) =>
   writer.append(line).pipe(Effect.mapError(trainerError("write metrics")))
