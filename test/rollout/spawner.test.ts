@@ -1,7 +1,8 @@
 /**
  * The spawner process starts every harness and verifier (a fork of the reins process itself would
  * stall the device's thread). Its children are real processes in their own groups; when the
- * spawner dies, their ends are still reported, and the next spawn brings up a new spawner.
+ * spawner dies, their ends are still reported, and the next spawn brings up a new spawner. It
+ * ignores the signals of a Ctrl-C: the reins process is still stopping its children through it.
  */
 import { spawnDetached, type SpawnedChild } from "@reins/rollout"
 import { readFileSync } from "node:fs"
@@ -50,6 +51,16 @@ describe.runIf(process.platform === "linux")("spawner process", { timeout: 20_00
   it("reports a command that cannot start", async () => {
     const c = spawnDetached("/nonexistent/reins-command", [], { env: {} })
     await expect(whenSpawned(c)).rejects.toMatchObject({ code: "ENOENT" })
+  })
+
+  it("outlives Ctrl-C (SIGINT, SIGTERM, SIGHUP to it): its children still run and their ends are reported as they are", async () => {
+    const c = spawnDetached(process.execPath, ["-e", "setTimeout(() => process.exit(5), 1000)"], { env: {} })
+    const pid = await whenSpawned(c)
+    const spawner = Number(statFields(pid)[1])
+    const exit = new Promise<unknown[]>((resolve) => c.once("exit", (...a) => resolve(a)))
+    for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.kill(spawner, signal)
+    expect(await exit).toEqual([5, null])
+    expect(statFields(spawner)[0]).not.toBe("Z") // still there
   })
 
   it("reports its children gone when it dies, and the next spawn starts a new spawner", async () => {

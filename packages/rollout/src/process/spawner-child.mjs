@@ -45,3 +45,8 @@ process.on("message", ({ id, file, args, cwd, env, nice }) => {
 
 // The reins process went away: its groups are its reaper's business; this helper just ends.
 process.on("disconnect", () => process.exit(0))
+
+// Ctrl-C in a terminal (or `kill` of the process group) reaches this helper too. It must outlive
+// the signal: the reins process is still cancelling its rollouts through it, and without it every
+// running attempt would be recorded as killed instead of cancelled. It ends on disconnect above.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, () => {})
