@@ -189,19 +189,22 @@ describe("training schedules with real processes", () => {
   it.scopedLive("a device worker that dies between updates stops the run with a clear error instead of training on from the base", () =>
     Effect.gen(function*() {
       const threads = yield* trackedWorkerThreads
-      // Batch 1 is t0 and t1; the agents of later tasks wait for the go file before calling.
+      // Agents call only while the go file exists.
       const go = path.join(mkdtempSync(path.join(os.tmpdir(), "reins-restart-")), "go")
+      writeFileSync(go, "")
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(path.dirname(go), { recursive: true, force: true })))
       const { seen, run } = yield* setupRun(
         trainerConfig({ schedule: "sync", batch_groups: 2, group_size: 2, max_versions: 4, checkpoint_every: 0, lr: 1e-3, micro_batch_tokens: 2048 }),
-        { AGENT_GO_FILE: go, AGENT_HOLD_FROM_TASK: "2" }
+        { AGENT_GO_FILE: go }
       )
       const system = yield* ActorSystem
       const device = () => system.localActors().find((a) => a.name === "device")
-      // After version 1, end the device's worker thread the way a crash would; once the supervisor
-      // has restarted it, let the next batch's agents go.
+      // At version 1, hold the next batch's agents (they are still starting: the event comes
+      // before their groups are submitted), end the device's worker thread the way a crash would,
+      // and once the supervisor has restarted it, let the agents go.
       yield* Effect.forkScoped(Effect.gen(function*() {
         while ((yield* Queue.take(seen))._tag !== "Version");
+        rmSync(go)
         const thread = threads.find((t) => t.entry.includes("device"))
         expect(thread, "the device worker thread").toBeDefined()
         yield* Effect.promise(() => thread!.thread.terminate())
