@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { SqliteStore, Store } from "@reins/gateway"
-import type { AttemptFinished } from "@reins/protocol"
+import { type AttemptFinished, VerifierSpec } from "@reins/protocol"
 import { Node } from "@reins/runtime"
 import { Effect, Layer, Redacted, Stream } from "effect"
 import { randomBytes } from "node:crypto"
@@ -19,7 +19,7 @@ import { afterAll } from "vitest"
 import { RolloutController } from "@reins/rollout/controller"
 import { freePort, killAll, type NodeProcess, startNode } from "../runtime/fixtures/processes.js"
 import { storeLedgerLayer } from "reins"
-import { answerTask, baseConfig, harnessSpec } from "./controllerHelpers.js"
+import { answerTask, baseConfig, controllerFixture, harnessSpec } from "./controllerHelpers.js"
 import { killQuietly, waitFor } from "./helpers.js"
 
 const secretValue = `controller-test-${randomBytes(12).toString("hex")}`
@@ -59,7 +59,16 @@ describe("rollout controller over a cluster", () => {
         Layer.empty
       )
       const layers = RolloutController.layer(
-        baseConfig({ harness: harnessSpec({ env: { RUN_LOG: runLog } }), maxAttempts: 3 })
+        // Niceness 0, not the launcher's default 19: beside another test file's computation the
+        // harnesses would starve and the group outlast its bounded wait.
+        baseConfig({
+          harness: harnessSpec({
+            env: { RUN_LOG: runLog },
+            nice: 0,
+            verifier: new VerifierSpec({ command: [process.execPath, controllerFixture("verifier.mjs")], timeout_s: 10, nice: 0 })
+          }),
+          maxAttempts: 3
+        })
       ).pipe(Layer.provideMerge(Layer.merge(storeLedgerLayer.pipe(Layer.provideMerge(SqliteStore.layer({ filename: path.join(dir, "store.db") }))), controllerNode)))
 
       yield* Effect.gen(function*() {
@@ -81,11 +90,12 @@ describe("rollout controller over a cluster", () => {
         expect(initial.launchers.map((l) => l.node).sort()).toEqual([a.id, b.id].sort())
         expect(initial.launchers.every((l) => l.max === 3 && l.kind === "local")).toBe(true)
 
-        const group = yield* controller.submit({ task: answerTask("sum", "4", 2_500), size: 6, taskExtra: { reference: "4" } })
+        // Long enough that, on a loaded machine, b's attempts still run when the sixth has started.
+        const group = yield* controller.submit({ task: answerTask("sum", "4", 6_000), size: 6, taskExtra: { reference: "4" } })
         // attempts run on both nodes: kill b mid-run
         const onB = () => Effect.map(controller.status, (s) => s.launchers.find((l) => l.node === b.id)?.running ?? 0)
         yield* Effect.gen(function*() {
-          for (let i = 0; i < 100; i++) {
+          for (let i = 0; i < 600; i++) {
             if ((yield* onB()) > 0 && harnessPids().length >= 6) return
             yield* Effect.sleep("50 millis")
           }
