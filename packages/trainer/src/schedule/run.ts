@@ -167,7 +167,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     const update = (groupIds: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const rolloutIds = groupIds.flatMap((id) => state.groups.get(id)!.rolloutIds)
-        yield* checkServing(serving(yield* readClocks(ports)), state.version)
+        yield* checkServing(yield* readClocks(ports), state.version)
         const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, rolloutIds })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
@@ -175,12 +175,13 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
           yield* publish(options, { _tag: "Skipped", version: state.version, groups: groupIds.length, reason: "no trainable samples" })
           return
         }
-        yield* checkServing([[config.schedule === "split" ? "training" : "generation", result.outcome.version]], state.version + 1)
-        state.version = result.outcome.version
+        // The run's own count, not the version the device reports: a restarted device would report
+        // its base's next version, and the check below must see the difference.
+        state.version++
         state.versions++
         const now = performance.now()
         const nextClock = yield* readClocks(ports)
-        yield* checkServing(serving(nextClock), state.version)
+        yield* checkServing(nextClock, state.version)
         const wall = (now - lastAt) / 1000
         const busy = deviceBusy(wall, { from: clock.generation, to: nextClock.generation }, clock.training === null ? null : { from: clock.training, to: nextClock.training! })
         clock = nextClock
@@ -252,24 +253,22 @@ const readClocks = (ports: TrainerPorts) =>
     return { generation, training }
   })
 
-/** Which version each device of the run serves, from a clock reading. */
-const serving = (clocks: Effect.Effect.Success<ReturnType<typeof readClocks>>): ReadonlyArray<readonly [string, number]> =>
-  clocks.training === null
-    ? [["generation", clocks.generation.version]]
-    : [["generation", clocks.generation.version], ["training", clocks.training.version]]
-
 /**
  * Every device must serve the run's version. One that does not has restarted: a device worker
  * that died (out of memory, a crash in the backend) comes back with the weights of its model
  * directory — the base policy — and its optimizer state is gone, so training on would silently
  * continue from the base. The run stops instead; `--resume` continues from the newest checkpoint.
  */
-const checkServing = (devices: ReadonlyArray<readonly [role: string, version: number]>, version: number): Effect.Effect<void, TrainerError> => {
-  const off = devices.find(([, v]) => v !== version)
+const checkServing = (
+  clocks: { readonly generation: DeviceClockReading; readonly training: DeviceClockReading | null },
+  version: number
+): Effect.Effect<void, TrainerError> => {
+  const off = ([["generation", clocks.generation], ["training", clocks.training]] as const)
+    .find(([, reading]) => reading !== null && reading.version !== version)
   if (off === undefined) return Effect.void
   return Effect.fail(new TrainerError({
     operation: "device version",
-    message: `the ${off[0]} device serves version ${off[1]} where the run is at version ${version}: ` +
+    message: `the ${off[0]} device serves version ${off[1]!.version} where the run is at version ${version}: ` +
       "it restarted (a device worker that dies comes back with its model directory's weights and no optimizer state), " +
       "so training on would continue from the wrong policy. The run stops; continue it from its newest checkpoint with --resume"
   }))
