@@ -13,7 +13,9 @@
  *
  * It works on a private copy of the package in a temp dir (removed at exit) and prints
  * `RESULT: {"files": {path: content of every changed file}, "turns": N, "finish": "..."}` as its
- * last stdout line — the verifier applies that to a fresh copy. Exits 0 whenever the agent ran
+ * last stdout line — the verifier applies that to a fresh copy. finish is "answer", "max_turns" or
+ * "context_full" (the server refused the conversation as longer than the model's context: the
+ * episode ends with its edits so far, as a deployed agent's would). Exits 0 whenever the agent ran
  * (a wrong or missing fix is a zero reward, not a crash), 1 when the server fails, 2 on a bad
  * task or setting.
  */
@@ -52,6 +54,16 @@ const readTask = () => {
 
 const log = process.env.MINISWE_VERBOSE === "1" ? (line) => process.stderr.write(`${line}\n`) : () => {}
 
+/**
+ * One model call. A conversation that outgrew the model's context ends the episode the way a
+ * deployed agent ends it: with the edits made so far (the verifier judges them), not a crash.
+ */
+const complete = (client, request) =>
+  client.chat.completions.create(request).catch((e) => {
+    if (e instanceof OpenAI.APIError && e.code === "context_length_exceeded") return "context_full"
+    throw e
+  })
+
 const main = async (ws, input, { temperature, maxTokens, maxTurns, timeoutMs }) => {
   // Local servers (e.g. `reins serve` without a key) accept any key; the SDK insists on one.
   const client = new OpenAI({ apiKey: process.env.OPENAI_API_KEY || "none" })
@@ -60,7 +72,11 @@ const main = async (ws, input, { temperature, maxTokens, maxTurns, timeoutMs }) 
 
   const messages = firstMessages(input)
   for (let turn = 1; turn <= maxTurns; turn++) {
-    const completion = await client.chat.completions.create({ model, messages, tools: TOOLS, temperature, max_tokens: maxTokens })
+    const completion = await complete(client, { model, messages, tools: TOOLS, temperature, max_tokens: maxTokens })
+    if (completion === "context_full") {
+      log(`context full after ${turn - 1} turns`)
+      return { turns: turn - 1, finish: "context_full" }
+    }
     const reply = completion.choices[0]?.message
     if (reply === undefined) throw new Error("the server returned no choice")
     const calls = (reply.tool_calls ?? []).filter((c) => c.type === "function" && typeof c.function?.name === "string")

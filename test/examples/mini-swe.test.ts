@@ -232,8 +232,12 @@ const readBody = (req: IncomingMessage) =>
     req.setEncoding("utf8").on("data", (c: string) => (body += c)).on("end", () => resolve(body))
   })
 
-/** Answers the n-th chat completion with `replies[n]`: a tool call `{name, arguments}` or a final text. */
-const scriptedServer = async (replies: ReadonlyArray<{ name: string; arguments: string } | string>): Promise<Scripted> => {
+/** An OpenAI error response, e.g. the 400 a server sends when the conversation outgrew the context. */
+interface ErrorReply { readonly status: number; readonly error: { message: string; type: string; code: string } }
+type Reply = { name: string; arguments: string } | string | ErrorReply
+
+/** Answers the n-th chat completion with `replies[n]`: a tool call `{name, arguments}`, a final text or an error. */
+const scriptedServer = async (replies: ReadonlyArray<Reply>): Promise<Scripted> => {
   const requests: Array<any> = []
   const server: Server = createServer(async (req, res) => {
     res.setHeader("content-type", "application/json")
@@ -247,6 +251,10 @@ const scriptedServer = async (replies: ReadonlyArray<{ name: string; arguments: 
     const body = JSON.parse(await readBody(req))
     const reply = replies[requests.length] ?? "out of script"
     requests.push(body)
+    if (typeof reply === "object" && "status" in reply) {
+      res.statusCode = reply.status
+      return res.end(JSON.stringify({ error: { ...reply.error, param: "messages" } }))
+    }
     const message = typeof reply === "string"
       ? { role: "assistant", content: reply }
       : { role: "assistant", content: null, tool_calls: [{ id: `call_${requests.length}`, type: "function", function: reply }] }
@@ -356,6 +364,24 @@ describe("mini-swe harness", () => {
         "error: old must be a non-empty string and new a string"
       ])
       expect(await verify(task, out.stdout)).toBe("0")
+    } finally {
+      await server.close()
+    }
+  })
+
+  it("ends with its edits when the conversation outgrows the model's context (a result, not a crash)", SLOW, async () => {
+    const server = await scriptedServer([
+      { name: "read_file", arguments: JSON.stringify({ path: task.fix.path }) },
+      { name: "replace_in_file", arguments: JSON.stringify(task.fix) },
+      { status: 400, error: { message: "This model's maximum context length is 640 tokens.", type: "invalid_request_error", code: "context_length_exceeded" } }
+    ])
+    try {
+      const out = await runHarness(server, task)
+      expect(out.code, out.stderr).toBe(0)
+      const fixed = applyEdit(task.input.files, task.fix)[task.fix.path]!
+      expect(lastResult(out.stdout)).toEqual({ files: { [task.fix.path]: fixed }, turns: 2, finish: "context_full" })
+      expect(server.requests).toHaveLength(3)
+      expect(await verify(task, out.stdout)).toBe("1")
     } finally {
       await server.close()
     }
