@@ -166,6 +166,7 @@ const modeSummary = (mode: Mode, figs: ReadonlyArray<ModeFigures>) => {
     final_reward: f.map((x) => x.final_reward),
     final_pass_at_1: finals.length === 0 ? null : finals.reduce((a, b) => a + b, 0) / finals.length,
     harness_errors: f.reduce((s, x) => s + x.harness_errors, 0),
+    context_full_calls: f.reduce((s, x) => s + x.context_full_calls, 0),
     failed_rollouts: f.reduce((s, x) => s + x.failed_rollouts, 0),
     skipped_updates: f.reduce((s, x) => s + x.skipped_updates, 0),
     timed_out: f.some((x) => x.timed_out)

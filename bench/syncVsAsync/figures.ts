@@ -2,6 +2,7 @@
  * The figures of one mode's run, the spread over repeats, and the two ratios with their goals —
  * pure functions of the records (records.ts).
  */
+import { isContextFull } from "@reins/protocol"
 import type { CallRec, Interval, Mode, ModeRecords } from "./records.js"
 
 export interface ModeFigures {
@@ -41,8 +42,10 @@ export interface ModeFigures {
   readonly final_reward: number | null
   readonly base_pass_at_1: number | null
   readonly final_pass_at_1: number | null
-  /** Calls a harness saw fail (status ≠ 200, outside cancelled rollouts): must be 0. */
+  /** Calls a harness saw fail (status ≠ 200, outside cancelled rollouts), except the model's context limit: must be 0. */
   readonly harness_errors: number
+  /** Calls refused because the conversation outgrew the model's context (the episode ended there). */
+  readonly context_full_calls: number
   readonly failed_rollouts: number
   readonly timed_out: boolean
 }
@@ -146,7 +149,8 @@ export const modeFigures = (r: ModeRecords, maxStaleness: number): ModeFigures =
     final_reward: r.versions.at(-1)?.rewardMean ?? null,
     base_pass_at_1: r.basePassAt1,
     final_pass_at_1: r.finalPassAt1,
-    harness_errors: live.reduce((s, x) => s + x.calls.filter((c) => c.status !== 200).length, 0),
+    harness_errors: live.reduce((s, x) => s + x.calls.filter((c) => c.status !== 200 && !isContextFull(c)).length, 0),
+    context_full_calls: live.reduce((s, x) => s + x.calls.filter(isContextFull).length, 0),
     failed_rollouts: r.rollouts.filter((x) => x.state === "failed").length,
     timed_out: r.timedOut
   }

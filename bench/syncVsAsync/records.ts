@@ -22,6 +22,8 @@ export interface CallRec {
   readonly promptTokens: number
   readonly outputTokens: number
   readonly status: number
+  /** The recorded error (`code: message`), null for a 200. */
+  readonly error: string | null
   /** Lowest and highest policy version of the call's tokens (null without tokens). */
   readonly minVersion: number | null
   readonly maxVersion: number | null

@@ -169,6 +169,7 @@ const readRollouts = (stack: LocalStack, since: number, trained: ReadonlySet<str
               promptTokens: c.promptIds.length,
               outputTokens: c.outputIds.length,
               status: c.status,
+              error: c.error,
               minVersion,
               maxVersion
             }

@@ -29,6 +29,7 @@ const call = (from: number, gen: number, to: number, over: Partial<CallRec> = {}
   promptTokens: 40,
   outputTokens: 10,
   status: 200,
+  error: null,
   minVersion: 0,
   maxVersion: 0,
   ...over
@@ -80,7 +81,7 @@ const collocated = (mode: Mode = "collocated-interrupt"): ModeRecords => ({
     rollout("r1", "g1", 0, 6, [call(1, 1, 2), call(4.5, 5.5, 5.8, { minVersion: 1, maxVersion: 1 })]),
     rollout("r2", "g1", 0, 7, [call(3, 3, 6, { heldMs: 0, minVersion: 0, maxVersion: 1 })]),
     rollout("r3", "g2", 6, 12, [call(8, 8, 12, { status: 499, heldMs: 0 })], { state: "cancelled", trained: false, finishedAt: s(12) }),
-    rollout("r4", "g2", 6, 8, [call(6.5, 6.5, 7, { status: 500, heldMs: 0 })], { state: "failed", trained: false })
+    rollout("r4", "g2", 6, 8, [call(6.5, 6.5, 7, { status: 500, error: "engine_error: boom", heldMs: 0 })], { state: "failed", trained: false })
   ],
   versions: [version(1, 5), version(2, 10, { staleness: [20, 5, 0], stalenessMax: 1 })],
   pauses: [{ start: s(4), end: s(5) }, { start: s(9), end: s(10) }],
@@ -112,6 +113,11 @@ describe("figures of one mode", () => {
     expect(f.max_staleness).toBe(2)
     // The 499 of a cancelled rollout is the run ending, not a harness error; the 500 is one.
     expect(f.harness_errors).toBe(1)
+    expect(f.context_full_calls).toBe(0)
+    // A context-limit 400 is where a long episode ended: counted apart, not as a harness error.
+    const full = call(6.5, 6.5, 7, { status: 400, error: "context_length_exceeded: too long", heldMs: 0 })
+    const withFull = { ...collocated(), rollouts: [...collocated().rollouts, rollout("r5", "g2", 6, 8, [full], { trained: false })] }
+    expect(modeFigures(withFull, 2)).toMatchObject({ harness_errors: 1, context_full_calls: 1 })
     expect(f.failed_rollouts).toBe(1)
     expect(f.skipped_updates).toBe(1)
     expect(f.device_busy.generating + f.device_busy.training + f.device_busy.idle).toBeCloseTo(1, 12)

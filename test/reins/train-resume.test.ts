@@ -35,7 +35,7 @@ describe("reins train", () => {
     const metrics = await Effect.runPromise(readJsonl(join(runDir(), "metrics.jsonl"), VersionMetrics))
     expect(metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])
     const summary = JSON.parse(readFileSync(join(runDir(), "summary.json"), "utf8"))
-    expect(summary).toMatchObject({ versions: 4, harness_errors: 0 })
+    expect(summary).toMatchObject({ versions: 4, harness_errors: 0, context_full_calls: 0 })
     expect(existsSync(join(runDir(), "report.md"))).toBe(true)
     expect(existsSync(join(runDir(), "checkpoints", "v000004", "model.safetensors"))).toBe(true)
   }, 320_000)

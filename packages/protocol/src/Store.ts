@@ -74,6 +74,15 @@ export class CallTimings extends Schema.Class<CallTimings>("CallTimings")({
 export const CallEndpoint = Schema.Literal("chat.completions", "completions")
 export type CallEndpoint = typeof CallEndpoint.Type
 
+/**
+ * A call refused because the conversation no longer fits the model's context (OpenAI's
+ * `context_length_exceeded`). For a small-context policy this is how a long episode ends (the
+ * harness stops there, like at its turn limit), so run summaries count it apart from the errors
+ * reins must never cause.
+ */
+export const isContextFull = (call: { readonly status: number; readonly error: string | null }) =>
+  call.status === 400 && call.error !== null && call.error.startsWith("context_length_exceeded")
+
 /** One model call as recorded before its response was sent (error calls too: `status` ≠ 200). */
 export class LlmCall extends Schema.Class<LlmCall>("LlmCall")({
   id: Schema.String,

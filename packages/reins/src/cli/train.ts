@@ -140,7 +140,8 @@ export const runTrain = (args: TrainArgs) =>
     const s = result.summary
     yield* Console.log(
       `done: ${s.versions} versions in ${s.wall_s.toFixed(0)} s; test pass@1 ${pct(s.base_pass_at_1)} → ${pct(s.final_pass_at_1)}, ` +
-        `greedy ${pct(s.base_greedy_pass_at_1)} → ${pct(s.final_greedy_pass_at_1)}; ${s.harness_errors} harness errors`
+        `greedy ${pct(s.base_greedy_pass_at_1)} → ${pct(s.final_greedy_pass_at_1)}; ${s.harness_errors} harness errors` +
+        (s.context_full_calls > 0 ? ` (${s.context_full_calls} calls ended episodes at the model's context limit)` : "")
     )
     yield* Console.log(`report: ${result.runDir}/report.md`)
   })

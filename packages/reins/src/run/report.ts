@@ -73,7 +73,7 @@ export const writeRunReport = (runDir: string, summary: RunSummaryFile) =>
     const md = [
       `# ${summary.run_id}`,
       "",
-      `Schedule \`${summary.schedule}\`, ${summary.versions} versions, ${summary.wall_s.toFixed(0)} s wall (${summary.train_wall_s.toFixed(0)} s training), ${summary.harness_errors} harness errors.`,
+      `Schedule \`${summary.schedule}\`, ${summary.versions} versions, ${summary.wall_s.toFixed(0)} s wall (${summary.train_wall_s.toFixed(0)} s training), ${summary.harness_errors} harness errors, ${summary.context_full_calls} calls refused at the model's context limit (episodes that ended there).`,
       "",
       "| | base | final |",
       "|---|---|---|",

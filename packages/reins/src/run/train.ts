@@ -12,7 +12,7 @@
  * `resumeDir` continues a run from its newest checkpoint after a crash (see the Trainer's
  * checkpoints: nothing is trained twice).
  */
-import type { TrainerConfig } from "@reins/protocol"
+import { isContextFull, type TrainerConfig } from "@reins/protocol"
 import type { Node } from "@reins/runtime"
 import { latestCheckpoint, type TrainerEvent, truncateMetrics } from "@reins/trainer"
 import { Effect, Stream } from "effect"
@@ -50,7 +50,10 @@ export interface RunSummaryFile {
   readonly wall_s: number
   readonly train_wall_s: number
   readonly versions: number
+  /** Calls a harness saw fail, except the model's context limit (must be 0). */
   readonly harness_errors: number
+  /** Calls refused because the conversation outgrew the model's context: episodes that ended there. */
+  readonly context_full_calls: number
   readonly final_checkpoint: string
 }
 
@@ -108,7 +111,7 @@ const runWith = (options: TrainOptions) =>
       wall_s: (performance.now() - started) / 1000,
       train_wall_s: trainWall,
       versions: summary.versions,
-      harness_errors: yield* harnessErrors(reins.stack),
+      ...(yield* failedCalls(reins.stack)),
       final_checkpoint: summary.finalCheckpoint
     }
     writeJson(path.join(reins.runDir, "summary.json"), file)
@@ -130,19 +133,22 @@ export const train = (options: TrainOptions) => {
   return runWith(options).pipe(Effect.scoped, Effect.provide(layer))
 }
 
-/** Calls a harness saw fail: recorded calls with a status other than 200, outside cancelled rollouts. */
-const harnessErrors = (stack: LocalStack) =>
+/** Recorded calls with a status other than 200, outside cancelled rollouts: context limits apart. */
+const failedCalls = (stack: LocalStack) =>
   Effect.gen(function*() {
-    let errors = 0
+    const counts = { harness_errors: 0, context_full_calls: 0 }
     let cursor: string | undefined
     for (;;) {
       const page = yield* stack.store.rollouts({ limit: 500, ...(cursor === undefined ? {} : { cursor }) })
       for (const r of page.rollouts) {
         if (r.state === "cancelled") continue
         const detail = yield* stack.store.rollout(r.id)
-        errors += detail.calls.filter((c) => c.status !== 200).length
+        for (const c of detail.calls) {
+          if (isContextFull(c)) counts.context_full_calls++
+          else if (c.status !== 200) counts.harness_errors++
+        }
       }
-      if (page.next === null) return errors
+      if (page.next === null) return counts
       cursor = page.next
     }
   })
