@@ -78,7 +78,7 @@ export type CallEndpoint = typeof CallEndpoint.Type
  * A call refused because the conversation no longer fits the model's context (OpenAI's
  * `context_length_exceeded`). For a small-context policy this is how a long episode ends (the
  * harness stops there, like at its turn limit), so run summaries count it apart from the errors
- * reins must never cause.
+ * reins must never cause. The Gateway records a refused call's error as `code: message`.
  */
 export const isContextFull = (call: { readonly status: number; readonly error: string | null }) =>
   call.status === 400 && call.error !== null && call.error.startsWith("context_length_exceeded")
