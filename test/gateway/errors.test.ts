@@ -4,6 +4,7 @@
  * the attempt are error rows without tokens).
  */
 import { Readable } from "node:stream"
+import { isContextFull } from "@reins/protocol"
 import OpenAI from "openai"
 import { request } from "undici"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -150,6 +151,8 @@ describe("after the matrix", () => {
       expect(c.response).toBeNull()
       expect(c.error).toMatch(/\w+: /)
     }
+    // Run summaries count context-limit refusals apart by reading this recorded form.
+    expect(errors.filter(isContextFull)).toHaveLength(2)
     expect(calls[calls.length - 1]).toMatchObject({ status: 200, trainable: true, error: null })
   })
 })
