@@ -7,6 +7,7 @@
  * Splits: `train` takes tasks with `split: "train"` or no split; `test` only `split: "test"`;
  * `all` takes every task.
  */
+import { seededRandom, shuffleInPlace } from "@reins/protocol"
 import { Effect, Option, Ref } from "effect"
 import { TaskQueueError } from "../errors.js"
 import type { TaskRecord } from "./taskSet.js"
@@ -56,31 +57,12 @@ export interface TaskQueue {
 export const inSplit = (record: TaskRecord, split: SplitFilter): boolean =>
   split === "all" || (record.task.split ?? "train") === split
 
-/** mulberry32: tiny, fast and good enough for shuffling; fixed here so orders never change across versions. */
-const mulberry32 = (seed: number) => {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 /** Mixes seed and epoch so that every epoch gets an independent permutation. */
 const epochSeed = (seed: number, epoch: number) => (Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(epoch + 1, 0xc2b2ae35)) >>> 0
 
 /** The permutation of `0..n-1` used in `epoch` (Fisher–Yates). */
-export const epochOrder = (n: number, seed: number, epoch: number): ReadonlyArray<number> => {
-  const order = Array.from({ length: n }, (_, i) => i)
-  const rand = mulberry32(epochSeed(seed, epoch))
-  for (let i = n - 1; i > 0; i--) {
-    const j = Math.floor(rand() * (i + 1))
-    ;[order[i], order[j]] = [order[j]!, order[i]!]
-  }
-  return order
-}
+export const epochOrder = (n: number, seed: number, epoch: number): ReadonlyArray<number> =>
+  shuffleInPlace(Array.from({ length: n }, (_, i) => i), seededRandom(epochSeed(seed, epoch)))
 
 export const makeTaskQueue = (options: TaskQueueOptions): Effect.Effect<TaskQueue, TaskQueueError> =>
   Effect.gen(function*() {

@@ -7,19 +7,8 @@
  * assistant token of the step weighs 1/T (T = assistant tokens in the step), so the step's loss
  * is the mean cross-entropy per assistant token and does not depend on how long demos are.
  */
+import { seededRandom, shuffleInPlace } from "@reins/protocol"
 import type { SftSequence } from "./sequences.js"
-
-/** mulberry32: a tiny seeded PRNG, enough for shuffling. */
-const prng = (seed: number) => {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 export interface PlanOptions {
   /** Number of sequences. */
@@ -42,17 +31,11 @@ export const planSteps = (o: PlanOptions): Array<Int32Array> => {
   if (!(Number.isInteger(o.batchSize) && o.batchSize > 0)) throw new Error(`planSteps: batchSize must be a positive integer, got ${o.batchSize}`)
   const steps = o.steps ?? stepsForEpochs(o.count, o.batchSize, o.epochs ?? 1)
   const total = o.steps !== undefined ? steps * o.batchSize : Math.min(steps * o.batchSize, Math.ceil(o.count * (o.epochs ?? 1)))
-  const random = prng(o.seed)
+  const random = seededRandom(o.seed)
   const stream = new Int32Array(total)
   let filled = 0
   while (filled < total) {
-    const order = Int32Array.from({ length: o.count }, (_, i) => i)
-    for (let i = order.length - 1; i > 0; i--) {
-      const j = Math.floor(random() * (i + 1))
-      const t = order[i]!
-      order[i] = order[j]!
-      order[j] = t
-    }
+    const order = shuffleInPlace(Int32Array.from({ length: o.count }, (_, i) => i), random)
     const n = Math.min(order.length, total - filled)
     stream.set(order.subarray(0, n), filled)
     filled += n
