@@ -10,8 +10,9 @@
  *   CALC_TEMPERATURE (1), CALC_MAX_TOKENS (64), CALC_MAX_TURNS (4), CALC_VERBOSE (0)
  *
  * Prints `ANSWER: <answer>` as its last stdout line and exits 0 — also when the model never
- * answered (the answer is then empty: a wrong answer, not a crash). Exits 1 when the server
- * fails, 2 on a bad task or setting.
+ * answered, within the turn limit or before the conversation outgrew the model's context (the
+ * server's `context_length_exceeded`): the answer is then empty, a wrong answer, not a crash.
+ * Exits 1 when the server fails otherwise, 2 on a bad task or setting.
  */
 import OpenAI from "openai"
 import { ANSWER_PREFIX, TOOLS, assistantMessage, extractAnswer, firstMessages, runToolCall } from "./agent.mjs"
@@ -50,6 +51,13 @@ const readQuestion = () => {
 
 const log = process.env.CALC_VERBOSE === "1" ? (line) => process.stderr.write(`${line}\n`) : () => {}
 
+/** One model call; a conversation longer than the model's context ends the episode, as in mini-swe. */
+const complete = (client, request) =>
+  client.chat.completions.create(request).catch((e) => {
+    if (e instanceof OpenAI.APIError && e.code === "context_length_exceeded") return "context_full"
+    throw e
+  })
+
 const main = async () => {
   const question = readQuestion()
   const temperature = numberSetting("CALC_TEMPERATURE", 1)
@@ -62,7 +70,11 @@ const main = async () => {
 
   const messages = firstMessages(question)
   for (let turn = 0; turn < maxTurns; turn++) {
-    const completion = await client.chat.completions.create({ model, messages, tools: TOOLS, temperature, max_tokens: maxTokens })
+    const completion = await complete(client, { model, messages, tools: TOOLS, temperature, max_tokens: maxTokens })
+    if (completion === "context_full") {
+      log(`the conversation outgrew the model's context after ${turn} turns`)
+      return ""
+    }
     const reply = completion.choices[0]?.message
     if (reply === undefined) throw new Error("the server returned no choice")
     const calls = (reply.tool_calls ?? []).filter((c) => c.type === "function")

@@ -396,8 +396,19 @@ describe("harness", () => {
     expect([said.code, lastLine(said.stdout)]).toEqual([0, "ANSWER: I cannot say."])
   })
 
+  it("ends the episode with an empty answer when the conversation outgrows the model's context", async () => {
+    const server = await scriptedServer((i) =>
+      i === 0
+        ? completion({ content: null, tool_calls: [call("call_0", "calculate", '{"expression":"1+1"}')] })
+        : { status: 400, body: { error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded", param: null } } }
+    )
+    const run = await runNode([HARNESS, "1+1"], { OPENAI_BASE_URL: server.url, OPENAI_API_KEY: "k" })
+    expect([run.code, lastLine(run.stdout)]).toEqual([0, "ANSWER:"])
+    expect(server.chats()).toHaveLength(2)
+  })
+
   it("exits non-zero with a clear message on server errors and bad tasks", async () => {
-    const server = await scriptedServer(() => ({ status: 400, body: { error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded", param: null } } }))
+    const server = await scriptedServer(() => ({ status: 404, body: { error: { message: "no such model", type: "invalid_request_error", code: "model_not_found", param: "model" } } }))
     const env = { OPENAI_BASE_URL: server.url, OPENAI_API_KEY: "k" }
     const [failed, noTask, noQuestion, badSetting, badTurns] = await Promise.all([
       runNode([HARNESS, "1+1"], env),
@@ -407,7 +418,7 @@ describe("harness", () => {
       runNode([HARNESS, "1+1"], { ...env, CALC_MAX_TURNS: "2.5" })
     ])
     expect([failed.code, failed.stdout]).toEqual([1, ""])
-    expect(failed.stderr).toContain("server error: 400 context too long")
+    expect(failed.stderr).toContain("server error: 404 no such model")
     expect([noTask.code, noTask.stdout]).toEqual([2, ""])
     expect(noTask.stderr).toContain("no task")
     expect([noQuestion.code, noQuestion.stdout]).toEqual([2, ""])
