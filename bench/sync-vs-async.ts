@@ -39,7 +39,7 @@ import { type Mode, type ModeRecords, modes } from "./syncVsAsync/records.js"
 import { runMode, type Workload } from "./syncVsAsync/runMode.js"
 import { timelineSvg } from "./syncVsAsync/timeline.js"
 import { writeFreshPolicy } from "./syncVsAsync/fresh.js"
-import { type Options, parseOptions } from "./syncVsAsync/options.js"
+import { type Options, parseOptions, resultName } from "./syncVsAsync/options.js"
 
 /**
  * The harness as reins runs it, behind the tail wrapper when --tail > 1. With --nice N the harness
@@ -181,8 +181,7 @@ const writeResults = (
   load: { readonly before: ReadonlyArray<number>; readonly after: ReadonlyArray<number> },
   elapsedS: number
 ) => {
-  // A run with a tail keeps its own files: the natural-spread results stay where they are.
-  const name = o.tail === 1 ? "sync-vs-async" : `sync-vs-async-tail${o.tail}`
+  const name = resultName(o)
   const summaries = Object.fromEntries(o.modes.map((m) => [m, modeSummary(m, figures)])) as Record<Mode, ReturnType<typeof modeSummary>>
   const all = o.modes.length === modes.length
   const perRepeat = all ? Array.from({ length: o.repeats }, (_, rep) => repeatRatios(figures.filter((f) => f.repeat === rep))) : []

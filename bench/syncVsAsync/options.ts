@@ -99,3 +99,10 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
   }
 }
 
+
+/**
+ * The results' file name: a run with another harness or a tail keeps its own files, so calc's
+ * natural-spread results (what the simulation validates against by default) stay where they are.
+ */
+export const resultName = (o: Pick<Options, "harness" | "tail">): string =>
+  ["sync-vs-async", ...(o.harness === "calc" ? [] : [o.harness]), ...(o.tail === 1 ? [] : [`tail${o.tail}`])].join("-")

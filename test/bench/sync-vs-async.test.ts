@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest"
 import { parseProfile } from "../../bench/sim/profile.js"
 import { validateAgainst } from "../../bench/sim/validate.js"
 import { goal, type ModeFigures, modeFigures, overlap, repeatRatios, subtract, union } from "../../bench/syncVsAsync/figures.js"
-import { parseOptions } from "../../bench/syncVsAsync/options.js"
+import { parseOptions, resultName } from "../../bench/syncVsAsync/options.js"
 import { decodeCurve, extractProfile, intraClassCorrelation, linearFit } from "../../bench/syncVsAsync/profile.js"
 import type { CallRec, Mode, ModeRecords, RolloutRec, VersionRec } from "../../bench/syncVsAsync/records.js"
 import { assignSlots, timelineSvg } from "../../bench/syncVsAsync/timeline.js"
@@ -270,6 +270,9 @@ describe("options", () => {
     expect(parseOptions(["--nice", "0"]).nice).toBe(0)
     expect(() => parseOptions(["--nice", "20"])).toThrow(/--nice expects 0\.\.19/)
     expect(() => parseOptions(["--harness", "swe"])).toThrow(/calc or mini-swe/)
+    // Only calc's natural-spread run writes the default files (the simulation reads them).
+    expect([[], ["--tail", "4"], ["--harness", "mini-swe"], ["--harness", "mini-swe", "--tail", "2"]].map((a) => resultName(parseOptions(a))))
+      .toEqual(["sync-vs-async", "sync-vs-async-tail4", "sync-vs-async-mini-swe", "sync-vs-async-mini-swe-tail2"])
     expect(() => parseOptions(["--groups", "4", "--async-groups", "2"])).toThrow(/--async-groups/)
     expect(() => parseOptions(["--quick", "--full"])).toThrow(/exclude/)
     expect(() => parseOptions(["--updates"])).toThrow(/needs a value/)
