@@ -12,7 +12,9 @@
  *   --n N                     rollouts per group (default 4; --full 8)
  *   --async-groups A          groups kept running by the async modes (default 2 × G)
  *   --max-staleness S         staleness bound of the async modes (default 2, the Trainer's default)
- *   --tail X                  slow tasks (a quarter, the same in every mode) take X times as long (default 1)
+ *   --tail X                  slow tasks (a quarter, the same in every mode) take X times as long (default 1):
+ *                             they wait (X − 1) × --tail-unit seconds after the harness exits
+ *   --tail-unit S             the harness's uncontended rollout time (default: measured here, per harness)
  *   --nice N                  niceness of the harness and verifier processes (default 19; 0 = none)
  *   --reward shaped|exact     calc: partial credit for near answers on top of the 0/1 verifier
  *                             (default shaped, so a weak base has reward variance); pass@1 is exact
@@ -64,7 +66,7 @@ const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessS
       ...base,
       verifier: trainVerifier,
       command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command],
-      env: { REINS_BENCH_TAIL: String(o.tail) },
+      env: { REINS_BENCH_TAIL: String(o.tail), REINS_BENCH_TAIL_UNIT_S: String(o.tailUnitS) },
       timeout_s: 300 * o.tail
     }),
     evalHarness
@@ -100,7 +102,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
     evalSamples: o.evalSamples,
     timeoutS: o.timeoutS
   }
-  log(`sync-vs-async: ${o.harness}, base ${base.source}; ${o.updates} updates of ${o.groups}×${o.n} rollouts per mode, async ${o.asyncGroups} groups, max_staleness ${o.maxStaleness}, tail ${o.tail}, reward ${o.reward}, ${o.repeats} repeat(s); load average ${loadBefore.join(" ")}`)
+  log(`sync-vs-async: ${o.harness}, base ${base.source}; ${o.updates} updates of ${o.groups}×${o.n} rollouts per mode, async ${o.asyncGroups} groups, max_staleness ${o.maxStaleness}, tail ${o.tail}${o.tail === 1 ? "" : ` (unit ${o.tailUnitS} s)`}, reward ${o.reward}, ${o.repeats} repeat(s); load average ${loadBefore.join(" ")}`)
 
   // Repeats interleave the modes, each starting one mode later, so a drift in machine load
   // does not always hit the same mode.
@@ -210,6 +212,7 @@ const writeResults = (
     async_groups: o.asyncGroups,
     max_staleness: o.maxStaleness,
     tail: o.tail,
+    tail_unit_s: o.tailUnitS,
     nice: o.nice,
     reward: o.reward,
     // The profile above already holds the run's tail: simulate it as measured.
@@ -265,7 +268,7 @@ const writeResults = (
   }
   const ld = (l: ReadonlyArray<number>) => l.join(" ")
   const notes = [
-    `Workload: ${o.harness} harness (real processes), base ${baseSource}; per mode ${o.updates} updates of ${o.groups} groups × ${o.n} rollouts, async modes keep ${o.asyncGroups} groups running with max_staleness ${o.maxStaleness}; lr ${o.lr}, seed ${o.seed}; tail ${o.tail}; harness and verifier processes at nice ${o.nice}; scale ${o.scale}.`,
+    `Workload: ${o.harness} harness (real processes), base ${baseSource}; per mode ${o.updates} updates of ${o.groups} groups × ${o.n} rollouts, async modes keep ${o.asyncGroups} groups running with max_staleness ${o.maxStaleness}; lr ${o.lr}, seed ${o.seed}; tail ${o.tail}${o.tail === 1 ? "" : ` (slow tasks wait ${r3((o.tail - 1) * o.tailUnitS)} s after the harness)`}; harness and verifier processes at nice ${o.nice}; scale ${o.scale}.`,
     o.reward === "shaped"
       ? "Training reward: shaped — the calc verifier's 1 for a right answer, else partial credit 0.5 × max(0, 1 − |answer − reference| / max(10, |reference|)) (bench/syncVsAsync/shaped-verify.mjs), so the weak base policy has reward variance in its groups; pass@1 counts exact answers only (the unmodified verifier)."
       : "Training reward: the harness's own verifier (exact).",

@@ -6,7 +6,7 @@
 import { type Mode, modes } from "./records.js"
 
 export const usage =
-  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--nice N] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--quick | --full]"
+  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--tail-unit S] [--nice N] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--quick | --full]"
 
 export interface Options {
   readonly harness: "calc" | "mini-swe"
@@ -17,6 +17,8 @@ export interface Options {
   readonly asyncGroups: number
   readonly maxStaleness: number
   readonly tail: number
+  /** Seconds a slow task waits per unit of tail: (tail − 1) × this, the same in every mode. */
+  readonly tailUnitS: number
   /** Niceness of the harness and verifier processes (0 = the reins process's own priority). */
   readonly nice: number
   /** Training reward: the verifier's 0/1, or partial credit for near answers on top (calc). */
@@ -30,6 +32,13 @@ export interface Options {
   readonly modes: ReadonlyArray<Mode>
   readonly scale: "quick" | "default" | "full"
 }
+
+/**
+ * A rollout's duration with one harness at a time on this machine (median, seconds; measured
+ * with the shipped base through `reins serve`, see bench/syncVsAsync/README.md): the default
+ * tail unit, so a slow task lasts about `tail` times as long as it would alone.
+ */
+export const uncontendedRolloutS = { calc: 0.7, "mini-swe": 1 } as const
 
 const niceness = (n: number) => {
   if (n > 19) throw new Error(`--nice expects 0..19, got ${n}\n${usage}`)
@@ -46,7 +55,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
       scale = flag === "--quick" ? "quick" : "full"
       continue
     }
-    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--nice", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes"]
+    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--tail-unit", "--nice", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes"]
     if (!known.includes(flag)) throw new Error(`unknown option ${JSON.stringify(flag)}\n${usage}`)
     const v = args[++i]
     if (v === undefined) throw new Error(`${flag} needs a value\n${usage}`)
@@ -86,6 +95,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
     asyncGroups,
     maxStaleness: int("--max-staleness", 2, 0),
     tail: num("--tail", 1, 1),
+    tailUnitS: num("--tail-unit", uncontendedRolloutS[harness], 0, true),
     nice: niceness(int("--nice", 19, 0)),
     reward,
     repeats: int("--repeats", full ? 3 : quick ? 1 : 2, 1),

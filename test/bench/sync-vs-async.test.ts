@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest"
 import { parseProfile } from "../../bench/sim/profile.js"
 import { validateAgainst } from "../../bench/sim/validate.js"
 import { goal, type ModeFigures, modeFigures, overlap, repeatRatios, subtract, union } from "../../bench/syncVsAsync/figures.js"
-import { parseOptions, resultName } from "../../bench/syncVsAsync/options.js"
+import { parseOptions, resultName, uncontendedRolloutS } from "../../bench/syncVsAsync/options.js"
 import { decodeCurve, extractProfile, intraClassCorrelation, linearFit } from "../../bench/syncVsAsync/profile.js"
 import type { CallRec, Mode, ModeRecords, RolloutRec, VersionRec } from "../../bench/syncVsAsync/records.js"
 import { assignSlots, timelineSvg } from "../../bench/syncVsAsync/timeline.js"
@@ -268,6 +268,8 @@ describe("options", () => {
     expect(parseOptions(["--modes", "split,sync"]).modes).toEqual(["sync", "split"])
     expect(() => parseOptions(["--tail", "0.5"])).toThrow(/--tail expects a number >= 1/)
     expect(parseOptions(["--nice", "0"]).nice).toBe(0)
+    expect([d.tailUnitS, parseOptions(["--harness", "mini-swe"]).tailUnitS, parseOptions(["--tail-unit", "1.5"]).tailUnitS]).toEqual([uncontendedRolloutS.calc, uncontendedRolloutS["mini-swe"], 1.5])
+    expect(() => parseOptions(["--tail-unit", "0"])).toThrow(/--tail-unit expects a number > 0/)
     expect(() => parseOptions(["--nice", "20"])).toThrow(/--nice expects 0\.\.19/)
     expect(() => parseOptions(["--harness", "swe"])).toThrow(/calc or mini-swe/)
     // Only calc's natural-spread run writes the default files (the simulation reads them).
@@ -289,7 +291,7 @@ const node = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   spawnSync(process.execPath, args, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 30_000 })
 
 describe("harness and verifier wrappers", () => {
-  it("tail.mjs: same output and exit code; slow tasks wait (X − 1) × the harness's time after it", () => {
+  it("tail.mjs: same output and exit code; slow tasks wait (X − 1) × a fixed unit, or the harness's own time, after it", () => {
     const child = ["-e", "setTimeout(() => { console.log('out'); process.exit(3) }, 200)"]
     const fast = node([script("tail.mjs"), process.execPath, ...child], { REINS_BENCH_TAIL: "4", REINS_BENCH_TAIL_FRACTION: "0", REINS_TASK_ID: "t1" })
     expect(fast.status).toBe(3)
@@ -300,6 +302,14 @@ describe("harness and verifier wrappers", () => {
     expect(slow.stdout).toBe("out\n")
     // The harness took >= 200 ms, so the wrapper waited >= 600 ms more.
     expect(performance.now() - started).toBeGreaterThanOrEqual(800)
+    // With a fixed unit the wait is (X − 1) × unit, whatever the harness took.
+    const unitStarted = performance.now()
+    const unit = node([script("tail.mjs"), process.execPath, ...child], { REINS_BENCH_TAIL: "3", REINS_BENCH_TAIL_FRACTION: "1", REINS_BENCH_TAIL_UNIT_S: "0.6", REINS_TASK_ID: "t1" })
+    expect([unit.status, unit.stdout]).toEqual([3, "out\n"])
+    expect(performance.now() - unitStarted).toBeGreaterThanOrEqual(1400)
+    const badUnit = node([script("tail.mjs"), "true"], { REINS_BENCH_TAIL: "2", REINS_BENCH_TAIL_UNIT_S: "-1" })
+    expect(badUnit.status).toBe(2)
+    expect(badUnit.stderr).toMatch(/REINS_BENCH_TAIL_UNIT_S must be a number in \[0, 3600\]/)
     const bad = node([script("tail.mjs"), "true"], { REINS_BENCH_TAIL: "0.5" })
     expect(bad.status).toBe(2)
     expect(bad.stderr).toMatch(/REINS_BENCH_TAIL must be a number in \[1, 1000\]/)
