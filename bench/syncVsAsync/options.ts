@@ -109,7 +109,6 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
   }
 }
 
-
 /**
  * The results' file name: a run with another harness or a tail keeps its own files, so calc's
  * natural-spread results (what the simulation validates against by default) stay where they are.
