@@ -19,11 +19,13 @@ export const tempDir = (prefix: string) => {
 let seq = 0
 export const nextId = (prefix = "a") => `${prefix}-${process.pid}-${++seq}`
 
+// The fixtures run at niceness 0, not the launchers' default 19: the test files share two cores,
+// and a nice-19 autogroup next to busy ones can wait many seconds for its first slice.
 export const harness = (args: ReadonlyArray<string>, fields: Partial<ConstructorParameters<typeof HarnessSpec>[0]> = {}) =>
-  new HarnessSpec({ command: [node, fixture("harness.mjs"), ...args], timeout_s: 20, grace_s: 1, ...fields })
+  new HarnessSpec({ command: [node, fixture("harness.mjs"), ...args], timeout_s: 20, grace_s: 1, nice: 0, ...fields })
 
 export const verifier = (mode: string, fields: Partial<ConstructorParameters<typeof VerifierSpec>[0]> = {}) =>
-  new VerifierSpec({ command: [node, fixture("verifier.mjs"), mode], timeout_s: 10, ...fields })
+  new VerifierSpec({ command: [node, fixture("verifier.mjs"), mode], timeout_s: 10, nice: 0, ...fields })
 
 export const attemptSpec = (h: HarnessSpec, fields: Partial<AttemptSpec> = {}): AttemptSpec => {
   const attemptId = fields.attemptId ?? nextId("att")

@@ -6,7 +6,7 @@
  * the leftovers of a launcher killed with -9.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Task } from "@reins/protocol"
+import { HarnessSpec, Task } from "@reins/protocol"
 import { LocalLauncher, makeLocalLauncher, outcomeOfLaunchError, runAttempt, truncationMarker } from "@reins/rollout"
 import { Effect, Exit, Fiber, Scope } from "effect"
 import { spawn } from "node:child_process"
@@ -58,7 +58,9 @@ describe("local launcher", () => {
   it.scopedLive("runs the harness at its spec's niceness (default 19), its autogroup too", () =>
     Effect.forEach([[undefined, 19], [5, 5], [0, 0]] as const, ([nice, expected]) =>
       Effect.gen(function*() {
-        const handle = yield* launcher.launch(attemptSpec(harness(["priority", String(expected)], nice === undefined ? {} : { nice })))
+        // The spec's own default, not the test helper's 0.
+        const spec = nice === undefined ? new HarnessSpec({ command: harness(["priority", "19"]).command, timeout_s: 20, grace_s: 1 }) : harness(["priority", String(expected)], { nice })
+        const handle = yield* launcher.launch(attemptSpec(spec))
         expect((yield* handle.outcome)._tag).toBe("Succeeded")
         const printed = JSON.parse(readFileSync(handle.files.stdout, "utf8"))
         expect(printed.nice).toBe(expected)
