@@ -2,7 +2,7 @@
  * The figures of one mode's run, the spread over repeats, and the two ratios with their goals —
  * pure functions of the records (records.ts).
  */
-import { isContextFull } from "@reins/protocol"
+import { isContextFull, isHarnessError } from "@reins/protocol"
 import type { CallRec, Interval, Mode, ModeRecords } from "./records.js"
 
 export interface ModeFigures {
@@ -149,7 +149,7 @@ export const modeFigures = (r: ModeRecords, maxStaleness: number): ModeFigures =
     final_reward: r.versions.at(-1)?.rewardMean ?? null,
     base_pass_at_1: r.basePassAt1,
     final_pass_at_1: r.finalPassAt1,
-    harness_errors: live.reduce((s, x) => s + x.calls.filter((c) => c.status !== 200 && !isContextFull(c)).length, 0),
+    harness_errors: live.reduce((s, x) => s + x.calls.filter(isHarnessError).length, 0),
     context_full_calls: live.reduce((s, x) => s + x.calls.filter(isContextFull).length, 0),
     failed_rollouts: r.rollouts.filter((x) => x.state === "failed").length,
     timed_out: r.timedOut

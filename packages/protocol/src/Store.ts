@@ -83,6 +83,10 @@ export type CallEndpoint = typeof CallEndpoint.Type
 export const isContextFull = (call: { readonly status: number; readonly error: string | null }) =>
   call.status === 400 && call.error !== null && call.error.startsWith("context_length_exceeded")
 
+/** A call the harness saw fail for any other reason: what reins must never cause. */
+export const isHarnessError = (call: { readonly status: number; readonly error: string | null }) =>
+  call.status !== 200 && !isContextFull(call)
+
 /** One model call as recorded before its response was sent (error calls too: `status` ≠ 200). */
 export class LlmCall extends Schema.Class<LlmCall>("LlmCall")({
   id: Schema.String,

@@ -12,7 +12,7 @@
  * `resumeDir` continues a run from its newest checkpoint after a crash (see the Trainer's
  * checkpoints: nothing is trained twice).
  */
-import { isContextFull, type TrainerConfig } from "@reins/protocol"
+import { isContextFull, isHarnessError, type TrainerConfig } from "@reins/protocol"
 import type { Node } from "@reins/runtime"
 import { latestCheckpoint, type TrainerEvent, truncateMetrics } from "@reins/trainer"
 import { Effect, Stream } from "effect"
@@ -143,10 +143,8 @@ const failedCalls = (stack: LocalStack) =>
       for (const r of page.rollouts) {
         if (r.state === "cancelled") continue
         const detail = yield* stack.store.rollout(r.id)
-        for (const c of detail.calls) {
-          if (isContextFull(c)) counts.context_full_calls++
-          else if (c.status !== 200) counts.harness_errors++
-        }
+        counts.harness_errors += detail.calls.filter(isHarnessError).length
+        counts.context_full_calls += detail.calls.filter(isContextFull).length
       }
       if (page.next === null) return counts
       cursor = page.next
