@@ -13,7 +13,7 @@
  *   --async-groups A          groups kept running by the async modes (default 2 × G)
  *   --max-staleness S         staleness bound of the async modes (default 2, the Trainer's default)
  *   --tail X                  slow tasks (a quarter, the same in every mode) take X times as long (default 1):
- *                             they wait (X − 1) × --tail-unit seconds after the harness exits
+ *                             their harness process stays (X − 1) × --tail-unit seconds longer
  *   --tail-unit S             the harness's uncontended rollout time (default: measured here, per harness)
  *   --nice N                  niceness of the harness and verifier processes (default 19; 0 = none)
  *   --reward shaped|exact     calc: partial credit for near answers on top of the 0/1 verifier
@@ -31,6 +31,7 @@ import { spawnSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
+import { pathToFileURL } from "node:url"
 import { machine, resultsDir, writeReport } from "./report.js"
 import { validateAgainst } from "./sim/validate.js"
 import { repoRoot, resolveBase } from "./syncVsAsync/base.js"
@@ -44,7 +45,7 @@ import { writeFreshPolicy } from "./syncVsAsync/fresh.js"
 import { type Options, parseOptions, resultName } from "./syncVsAsync/options.js"
 
 /**
- * The harness as reins runs it, behind the tail wrapper when --tail > 1. With --nice N the harness
+ * The harness as reins runs it, with the tail preloaded into its process when --tail > 1. With --nice N the harness
  * and verifier processes run at niceness N (the specs' `nice`, which the local launcher also sets
  * on their autogroups), so on this machine, where they share the cores with the device worker,
  * the device gets the CPU first — as when harnesses run on other machines. Every mode runs the
@@ -56,7 +57,7 @@ const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessS
   const verifier = new VerifierSpec({ command: verify, cwd: repoRoot, timeout_s: 120, nice: o.nice })
   const trainVerifier = o.reward === "exact"
     ? verifier
-    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs"), ...verify], cwd: repoRoot, timeout_s: 120, nice: o.nice })
+    : new VerifierSpec({ command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "shaped-verify.mjs")], cwd: repoRoot, timeout_s: 120, nice: o.nice })
   const base = { cwd: repoRoot, grace_s: 2, nice: o.nice }
   const command = [process.execPath, path.join(dir, "harness.mjs")] as const
   const evalHarness = new HarnessSpec({ ...base, verifier, command, timeout_s: 300 })
@@ -65,7 +66,7 @@ const harnessSpecs = (o: Options): { harness: HarnessSpec; evalHarness: HarnessS
     harness: new HarnessSpec({
       ...base,
       verifier: trainVerifier,
-      command: [process.execPath, path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs"), ...command],
+      command: [process.execPath, "--import", pathToFileURL(path.join(repoRoot, "bench", "syncVsAsync", "tail.mjs")).href, ...command.slice(1)],
       env: { REINS_BENCH_TAIL: String(o.tail), REINS_BENCH_TAIL_UNIT_S: String(o.tailUnitS) },
       timeout_s: 300 * o.tail
     }),

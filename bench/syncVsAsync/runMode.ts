@@ -18,7 +18,7 @@ import type { CallRec, Interval, Mode, ModeRecords, RolloutRec, TrainRec, Versio
 
 export interface Workload {
   readonly harness: HarnessSpec
-  /** The harness without the tail wrapper (evaluation measures the policy, not the tail). */
+  /** The harness without the tail (evaluation measures the policy, not the tail). */
   readonly evalHarness: HarnessSpec
   readonly tasksFile: string
   readonly testFile: string

@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
-import { fileURLToPath } from "node:url"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { describe, expect, it } from "vitest"
 import { parseProfile } from "../../bench/sim/profile.js"
 import { validateAgainst } from "../../bench/sim/validate.js"
@@ -291,48 +291,65 @@ const node = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   spawnSync(process.execPath, args, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 30_000 })
 
 describe("harness and verifier wrappers", () => {
-  it("tail.mjs: same output and exit code; slow tasks wait (X − 1) × a fixed unit, or the harness's own time, after it", () => {
-    const child = ["-e", "setTimeout(() => { console.log('out'); process.exit(3) }, 200)"]
-    const fast = node([script("tail.mjs"), process.execPath, ...child], { REINS_BENCH_TAIL: "4", REINS_BENCH_TAIL_FRACTION: "0", REINS_TASK_ID: "t1" })
-    expect(fast.status).toBe(3)
-    expect(fast.stdout).toBe("out\n")
+  it("tail.mjs, preloaded: same output and exit code; slow tasks keep the process (X − 1) × the unit longer", () => {
+    const tail = pathToFileURL(script("tail.mjs")).href
+    // The harness also starts a Node process of its own: the settings must not reach it.
+    const child = ["-e", "console.log('out', process.env.REINS_BENCH_TAIL ?? 'unset'); process.exit(3)"]
+    const settings = { REINS_BENCH_TAIL: "3", REINS_BENCH_TAIL_UNIT_S: "0.6", REINS_TASK_ID: "t1" }
+    const timed = (env: Record<string, string>) => {
+      const started = performance.now()
+      const r = node(["--import", tail, ...child], env)
+      return { status: r.status, stdout: r.stdout, stderr: r.stderr, ms: performance.now() - started }
+    }
+    const fast = timed({ ...settings, REINS_BENCH_TAIL_FRACTION: "0" })
+    expect([fast.status, fast.stdout]).toEqual([3, "out unset\n"])
+    const slow = timed({ ...settings, REINS_BENCH_TAIL_FRACTION: "1" })
+    expect([slow.status, slow.stdout]).toEqual([3, "out unset\n"])
+    expect(slow.ms).toBeGreaterThanOrEqual(1200)
+    expect(slow.ms - fast.ms).toBeGreaterThanOrEqual(1100)
+    // Cancelling: a harness whose SIGTERM handler exits (with 128 + 15) does not wait, and a
+    // SIGTERM during the wait (here from spawnSync's timeout) ends the process at once.
+    const long = { ...settings, REINS_BENCH_TAIL_FRACTION: "1", REINS_BENCH_TAIL: "50" } // 29.4 s
+    const handler = "process.on('SIGTERM', () => process.exit(143)); setInterval(() => {}, 1000); process.kill(process.pid, 'SIGTERM')"
     const started = performance.now()
-    const slow = node([script("tail.mjs"), process.execPath, ...child], { REINS_BENCH_TAIL: "4", REINS_BENCH_TAIL_FRACTION: "1", REINS_TASK_ID: "t1" })
-    expect(slow.status).toBe(3)
-    expect(slow.stdout).toBe("out\n")
-    // The harness took >= 200 ms, so the wrapper waited >= 600 ms more.
-    expect(performance.now() - started).toBeGreaterThanOrEqual(800)
-    // With a fixed unit the wait is (X − 1) × unit, whatever the harness took.
-    const unitStarted = performance.now()
-    const unit = node([script("tail.mjs"), process.execPath, ...child], { REINS_BENCH_TAIL: "3", REINS_BENCH_TAIL_FRACTION: "1", REINS_BENCH_TAIL_UNIT_S: "0.6", REINS_TASK_ID: "t1" })
-    expect([unit.status, unit.stdout]).toEqual([3, "out\n"])
-    expect(performance.now() - unitStarted).toBeGreaterThanOrEqual(1400)
-    const badUnit = node([script("tail.mjs"), "true"], { REINS_BENCH_TAIL: "2", REINS_BENCH_TAIL_UNIT_S: "-1" })
+    const stopped = spawnSync(process.execPath, ["--import", tail, "-e", handler], { env: { ...process.env, ...long }, timeout: 20_000 })
+    expect(stopped.status).toBe(143)
+    const waiting = spawnSync(process.execPath, ["--import", tail, "-e", handler.split(";")[0]!], { env: { ...process.env, ...long }, timeout: 1_000 })
+    expect(waiting.signal).toBe("SIGTERM")
+    expect(performance.now() - started).toBeLessThan(10_000)
+    const noUnit = timed({ REINS_BENCH_TAIL: "2" })
+    expect(noUnit.status).toBe(2)
+    expect(noUnit.stderr).toMatch(/REINS_BENCH_TAIL_UNIT_S must be set/)
+    const badUnit = timed({ REINS_BENCH_TAIL: "2", REINS_BENCH_TAIL_UNIT_S: "-1" })
     expect(badUnit.status).toBe(2)
     expect(badUnit.stderr).toMatch(/REINS_BENCH_TAIL_UNIT_S must be a number in \[0, 3600\]/)
-    const bad = node([script("tail.mjs"), "true"], { REINS_BENCH_TAIL: "0.5" })
+    const bad = timed({ REINS_BENCH_TAIL: "0.5" })
     expect(bad.status).toBe(2)
     expect(bad.stderr).toMatch(/REINS_BENCH_TAIL must be a number in \[1, 1000\]/)
   })
 
-  it("shaped-verify.mjs: 1 stays 1, a near answer gets partial credit, a verifier error stays an error", () => {
+  it("shaped-verify.mjs: 1 stays 1, a near answer gets partial credit, a task the verifier cannot score stays an error", () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "reins-shaped-"))
     try {
       const task = path.join(dir, "task.json"), out = path.join(dir, "out.txt")
       writeFileSync(task, JSON.stringify({ id: "t", input: { question: "29+57" }, answer: 86 }))
-      const calc = fileURLToPath(new URL("../../examples/calc/verify.mjs", import.meta.url))
       const reward = (answer: string) => {
         writeFileSync(out, `thinking\nANSWER: ${answer}\n`)
-        const r = node([script("shaped-verify.mjs"), process.execPath, calc], { REINS_TASK_FILE: task, REINS_STDOUT_FILE: out })
+        const r = node([script("shaped-verify.mjs")], { REINS_TASK_FILE: task, REINS_STDOUT_FILE: out })
         expect(r.status).toBe(0)
         return Number(r.stdout.trim())
       }
       expect(reward("86")).toBe(1)
       expect(reward("80")).toBeCloseTo(0.5 * (1 - 6 / 86), 4)
       expect(reward("500")).toBe(0)
-      const broken = node([script("shaped-verify.mjs"), process.execPath, calc], { REINS_STDOUT_FILE: out, REINS_TASK_FILE: "", REINS_TASK: "" })
+      expect(reward("no idea")).toBe(0)
+      const broken = node([script("shaped-verify.mjs")], { REINS_STDOUT_FILE: out, REINS_TASK_FILE: "", REINS_TASK: "" })
       expect(broken.status).toBe(2)
-      expect(broken.stderr).toMatch(/the verifier exited with 2/)
+      expect(broken.stderr).toMatch(/calc verifier: the task is not JSON/)
+      writeFileSync(task, JSON.stringify({ id: "t", input: { question: "1+1" } }))
+      const noAnswer = node([script("shaped-verify.mjs")], { REINS_TASK_FILE: task, REINS_STDOUT_FILE: out })
+      expect([noAnswer.status, noAnswer.stdout]).toEqual([2, ""])
+      expect(noAnswer.stderr).toMatch(/task t has no numeric "answer"/)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

@@ -139,6 +139,27 @@ describe("SqliteStore", () => {
       )
     }))
 
+  it.live("lists the failed calls outside cancelled rollouts", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const kept = yield* s.createRollout({ task: 1, start: true })
+          const cancelled = yield* s.createRollout({ task: 2, start: true })
+          yield* s.recordCall(call(kept.attempt.id, 1))
+          yield* s.recordCall({ ...call(kept.attempt.id, 2), status: 400, error: "context_length_exceeded: too long" })
+          yield* s.recordCall({ ...call(kept.attempt.id, 3), status: 503, error: "draining" })
+          yield* s.recordCall({ ...call(cancelled.attempt.id, 1), status: 499, error: "client went away" })
+          yield* s.transition(cancelled.attempt.id, "cancelled", "stopped")
+          const failed = yield* s.failedCalls
+          expect([...failed].sort((a, b) => a.status - b.status)).toEqual([
+            { status: 400, error: "context_length_exceeded: too long" },
+            { status: 503, error: "draining" }
+          ])
+        })
+      )
+    }))
+
   it.live("lists rollouts newest first with filters and cursors", () =>
     Effect.gen(function* () {
       const file = tempDb()

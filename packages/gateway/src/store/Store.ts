@@ -92,6 +92,12 @@ export interface RolloutDetail {
   readonly rewards: ReadonlyArray<Reward>
 }
 
+/** A call that did not succeed, as a run's summary counts it (see `isHarnessError`). */
+export interface FailedCall {
+  readonly status: number
+  readonly error: string | null
+}
+
 export interface StoreService {
   readonly createRollout: (input: NewRollout) => Effect.Effect<IssuedAttempt, StoreError>
   /** A retry: a new attempt of a rollout whose latest attempt has ended. */
@@ -116,6 +122,8 @@ export interface StoreService {
   readonly addReward: (reward: NewReward) => Effect.Effect<Reward, StoreError | NotFound>
   readonly rollout: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>
   readonly rollouts: (query: RolloutQuery) => Effect.Effect<RolloutPage, StoreError>
+  /** Status and error of every call that did not succeed (status ≠ 200), outside cancelled rollouts. */
+  readonly failedCalls: Effect.Effect<ReadonlyArray<FailedCall>, StoreError>
   /** Idempotent per version. */
   readonly recordModelVersion: (v: {
     readonly version: number

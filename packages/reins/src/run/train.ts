@@ -135,18 +135,7 @@ export const train = (options: TrainOptions) => {
 
 /** Recorded calls with a status other than 200, outside cancelled rollouts: context limits apart. */
 const failedCalls = (stack: LocalStack) =>
-  Effect.gen(function*() {
-    const counts = { harness_errors: 0, context_full_calls: 0 }
-    let cursor: string | undefined
-    for (;;) {
-      const page = yield* stack.store.rollouts({ limit: 500, ...(cursor === undefined ? {} : { cursor }) })
-      for (const r of page.rollouts) {
-        if (r.state === "cancelled") continue
-        const detail = yield* stack.store.rollout(r.id)
-        counts.harness_errors += detail.calls.filter(isHarnessError).length
-        counts.context_full_calls += detail.calls.filter(isContextFull).length
-      }
-      if (page.next === null) return counts
-      cursor = page.next
-    }
-  })
+  Effect.map(stack.store.failedCalls, (calls) => ({
+    harness_errors: calls.filter(isHarnessError).length,
+    context_full_calls: calls.filter(isContextFull).length
+  }))

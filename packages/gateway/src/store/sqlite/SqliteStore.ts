@@ -31,7 +31,7 @@ import path from "node:path"
 import { generateKey, hashKey } from "../../auth/keys.js"
 import { newId } from "../ids.js"
 import { assertLittleEndian, float32FromBlob, int32FromBlob, toBlob } from "../packed.js"
-import { type IssuedAttempt, type NewCall, Store, type StoreService } from "../Store.js"
+import { type FailedCall, type IssuedAttempt, type NewCall, Store, type StoreService } from "../Store.js"
 import { migrations } from "./migrations.js"
 
 type Row = Record<string, any>
@@ -166,6 +166,8 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     attemptsOfRollout: q(`SELECT * FROM attempts WHERE rollout_id = ? ORDER BY idx`),
     insertReward: q(`INSERT INTO rewards (id, rollout_id, attempt_id, call_id, value, info, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *`),
     finalReward: q(`UPDATE rollouts SET reward = ?, updated_at = ? WHERE id = ?`),
+    // Cancelled rollouts' calls are dropped on purpose (a stopped harness's last call may fail).
+    failedCalls: q(`SELECT calls.status, calls.error FROM calls JOIN rollouts ON rollouts.id = calls.rollout_id WHERE calls.status != 200 AND rollouts.state != 'cancelled'`),
     rewardsOfRollout: q(`SELECT * FROM rewards WHERE rollout_id = ? ORDER BY id`),
     modelVersion: q(`SELECT * FROM model_versions WHERE version = ?`),
     insertModelVersion: q(`INSERT INTO model_versions (version, model_id, info, created_at) VALUES (?, ?, ?, ?) RETURNING *`),
@@ -448,6 +450,8 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         const page = found.slice(0, limit).map(toRollout)
         return { rollouts: page, next: found.length > limit ? page[page.length - 1]!.id : null }
       }),
+
+    failedCalls: read(() => rows(st.failedCalls).map((r): FailedCall => ({ status: r.status, error: r.error }))),
 
     recordModelVersion: (v) =>
       write((emit) => {
