@@ -5,6 +5,7 @@
  * (reference answer included) in REINS_TASK_FILE / REINS_TASK and the harness's output in
  * REINS_STDOUT_FILE. A harness that printed no answer (crashed, timed out) simply scores 0;
  * a task without a numeric `answer` is a configuration error (exit 2, reported by reins).
+ * Its pieces are exported for programs that score the same way (the benchmark's shaped reward).
  */
 import { readFileSync, realpathSync } from "node:fs"
 import { fileURLToPath } from "node:url"
@@ -64,8 +65,16 @@ export const verifierInputs = () => {
   }
 }
 
-// Run as a program (not imported, as the benchmark's shaped verifier does): print the verdict.
-if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+const runAsProgram = () => {
+  try {
+    return realpathSync(process.argv[1] ?? "") === fileURLToPath(import.meta.url)
+  } catch {
+    return false
+  }
+}
+
+// Run as a program, not imported (as the benchmark's shaped verifier does): print the verdict.
+if (runAsProgram()) {
   const { expected, given } = verifierInputs()
   process.stdout.write(isCorrect(given, expected) ? "1\n" : "0\n")
 }
