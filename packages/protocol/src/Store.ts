@@ -74,17 +74,23 @@ export class CallTimings extends Schema.Class<CallTimings>("CallTimings")({
 export const CallEndpoint = Schema.Literal("chat.completions", "completions")
 export type CallEndpoint = typeof CallEndpoint.Type
 
+/** How a recorded call ended: its HTTP status and, when it failed, the error (`code: message`). */
+export interface CallStatus {
+  readonly status: number
+  readonly error: string | null
+}
+
 /**
  * A call refused because the conversation no longer fits the model's context (OpenAI's
  * `context_length_exceeded`). For a small-context policy this is how a long episode ends (the
  * harness stops there, like at its turn limit), so run summaries count it apart from the errors
  * reins must never cause. The Gateway records a refused call's error as `code: message`.
  */
-export const isContextFull = (call: { readonly status: number; readonly error: string | null }) =>
+export const isContextFull = (call: CallStatus) =>
   call.status === 400 && call.error !== null && call.error.startsWith("context_length_exceeded")
 
 /** A call the harness saw fail for any other reason: what reins must never cause. */
-export const isHarnessError = (call: { readonly status: number; readonly error: string | null }) =>
+export const isHarnessError = (call: CallStatus) =>
   call.status !== 200 && !isContextFull(call)
 
 /** One model call as recorded before its response was sent (error calls too: `status` ≠ 200). */

@@ -8,6 +8,7 @@ import type {
   AttemptState,
   BreakReason,
   CallEndpoint,
+  CallStatus,
   Conflict,
   EventType,
   IllegalTransition,
@@ -92,12 +93,6 @@ export interface RolloutDetail {
   readonly rewards: ReadonlyArray<Reward>
 }
 
-/** A call that did not succeed, as a run's summary counts it (see `isHarnessError`). */
-export interface FailedCall {
-  readonly status: number
-  readonly error: string | null
-}
-
 export interface StoreService {
   readonly createRollout: (input: NewRollout) => Effect.Effect<IssuedAttempt, StoreError>
   /** A retry: a new attempt of a rollout whose latest attempt has ended. */
@@ -123,7 +118,7 @@ export interface StoreService {
   readonly rollout: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>
   readonly rollouts: (query: RolloutQuery) => Effect.Effect<RolloutPage, StoreError>
   /** Status and error of every call that did not succeed (status ≠ 200), outside cancelled rollouts. */
-  readonly failedCalls: Effect.Effect<ReadonlyArray<FailedCall>, StoreError>
+  readonly failedCalls: Effect.Effect<ReadonlyArray<CallStatus>, StoreError>
   /** Idempotent per version. */
   readonly recordModelVersion: (v: {
     readonly version: number

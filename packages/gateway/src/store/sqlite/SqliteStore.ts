@@ -11,6 +11,7 @@ import {
   Attempt,
   type AttemptState,
   AttemptTransitions,
+  type CallStatus,
   CallTimings,
   Conflict,
   type EventType,
@@ -31,7 +32,7 @@ import path from "node:path"
 import { generateKey, hashKey } from "../../auth/keys.js"
 import { newId } from "../ids.js"
 import { assertLittleEndian, float32FromBlob, int32FromBlob, toBlob } from "../packed.js"
-import { type FailedCall, type IssuedAttempt, type NewCall, Store, type StoreService } from "../Store.js"
+import { type IssuedAttempt, type NewCall, Store, type StoreService } from "../Store.js"
 import { migrations } from "./migrations.js"
 
 type Row = Record<string, any>
@@ -451,7 +452,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         return { rollouts: page, next: found.length > limit ? page[page.length - 1]!.id : null }
       }),
 
-    failedCalls: read(() => rows(st.failedCalls).map((r): FailedCall => ({ status: r.status, error: r.error }))),
+    failedCalls: read(() => rows(st.failedCalls).map((r): CallStatus => ({ status: r.status, error: r.error }))),
 
     recordModelVersion: (v) =>
       write((emit) => {
