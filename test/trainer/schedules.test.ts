@@ -25,13 +25,13 @@ const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, im
 
 // Niceness 0, not the launcher's default 19: the agents must keep pace with the Trainer (the t0
 // agents wait a bounded time for an update) while another test file computes beside this one.
-const harness = (env: Record<string, string> = {}) => new HarnessSpec({
+const harness = (env: Record<string, string>, slotsDir: string) => new HarnessSpec({
   command: [process.execPath, fixture("agent.mjs")],
   env,
   timeout_s: 60,
   grace_s: 1,
   nice: 0,
-  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20, nice: 0 })
+  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], env: { VERIFIER_SLOTS_DIR: slotsDir }, timeout_s: 20, nice: 0 })
 })
 
 /** A source of `n` distinct tasks. */
@@ -54,7 +54,7 @@ const setupRun = (config: TrainerConfig, agentEnv: Record<string, string> = {}) 
       tokenizer,
       config: defaultModelConfig(tokenizer.vocabSize, { dModel: 32, nLayers: 1, nHeads: 2, dFf: 64, contextLength: 256 })
     })
-    const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness: harness(agentEnv), concurrency: 6, split: config.schedule === "split" })
+    const stack = yield* localStack({ modelDir, dataDir: path.join(dir, "data"), harness: harness(agentEnv, dir), concurrency: 6, split: config.schedule === "split" })
     const events = yield* PubSub.unbounded<TrainerEvent>()
     const seen = yield* PubSub.subscribe(events)
     const run = runTraining({ config, ports: { ...stack.ports, tasks: tasks(40) }, runDir: path.join(dir, "run"), events })
