@@ -2,7 +2,7 @@ export * from "./tokenizer/index.js"
 export * from "./chat/index.js"
 export { initBackend, backendName, BackendError, BACKENDS, type BackendName } from "./backend.js"
 export { Rng, randomSeed } from "./random.js"
-export { ModelConfig, makeConfig, decodeConfig, encodeConfig, parameterShapes, parameterCount, forwardFlops } from "./model/config.js"
+export { ModelConfig, makeConfig, decodeConfig, encodeConfig, parameterShapes, parameterCount, forwardFlops, RopeScaling } from "./model/config.js"
 export { Transformer, WeightsError, initWeights, checkWeights, segmentStarts, type TokenBatch, type TfKvCache, type Weights } from "./model/transformer.js"
 export { DecodeWeights, FastDecoder, KvCache, type Chunk as DecodeChunk, type GemmKind } from "./model/fastDecode.js"
 export { defaultModelConfig, createDefaultModel, initModelDir, ensureModelDir, type InitModelDirOptions } from "./model/defaults.js"
@@ -10,7 +10,10 @@ export { packSequences, unpack, PackingError, type TrainingSequence, type MicroB
 export { sftLoss, policyGradientLoss, pgStats, importanceWeights, DEFAULT_PG, type Objective, type PgSettings, type PgStats, type LossOutput } from "./train/losses.js"
 export { AdamW, OptimizerError, schedule, type Schedule, type ScheduleOptions, type AdamWOptions, type UpdateStats } from "./train/optimizer.js"
 export { trainStep, microBatchGradients, scoreSequences, type StepStats } from "./train/step.js"
-export { encodeSafetensors, decodeSafetensors, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"
+export { encodeSafetensors, decodeSafetensors, SafetensorsReader, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"
+export { bf16ToF32, f32ToBf16, f16ToF32, f32ToF16 } from "./checkpoint/dtype.js"
+export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type HfArchitecture, type HfDtype, type HfModelConfig } from "./checkpoint/hf/config.js"
+export { readHfWeights, encodeHfWeights, hfName, HfWeightsError, HF_WEIGHTS_FILE, HF_INDEX_FILE } from "./checkpoint/hf/weights.js"
 export {
   loadModelDir,
   saveModelDir,
@@ -31,5 +34,5 @@ export { Sampler, logSoftmax, type SamplerSettings, type Sampled } from "./engin
 export { StopMatcher } from "./engine/stops.js"
 export { FastEngineDecoder, TfDecoder, type Decoder, type DecoderCache, type WeightSource } from "./engine/decoder.js"
 export { Scheduler, EngineError, type Sink, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"
-export { makeEngine, Engine, generateAll, collectChunks, type EngineOptions, type GenerationEngine, type Generation } from "./engine/engine.js"
+export { makeEngine, Engine, generateAll, collectChunks, type EngineOptions, type EngineStats, type GenerationEngine, type Generation } from "./engine/engine.js"
 export * from "./device/index.js"

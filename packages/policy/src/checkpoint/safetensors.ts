@@ -7,19 +7,24 @@
  *   the rest  the tensors' raw little-endian bytes; offsets are relative to its start and must
  *             cover it exactly, without holes or overlaps
  *
- * Supported dtypes: F32 and I32. Tensors are written in name order, so the same tensors give the
+ * Supported dtypes: F32, I32, and Hugging Face checkpoints' BF16 and F16. Tensors are written in name order, so the same tensors give the
  * same bytes. `reins.sha256` in the metadata is the SHA-256 of the data section: a flipped bit
  * anywhere, not only a truncation, is detected on read.
  */
 import { createHash } from "node:crypto"
+import * as fs from "node:fs/promises"
 import { endianness } from "node:os"
 
-export type DType = "F32" | "I32"
+export type DType = "F32" | "I32" | "BF16" | "F16"
 
+/** Bytes per element of each dtype. */
+const ELEMENT_BYTES: Record<DType, number> = { F32: 4, I32: 4, BF16: 2, F16: 2 }
+
+/** A tensor's values: BF16 and F16 as their raw 16-bit patterns (see dtype.ts to convert). */
 export interface TensorEntry {
   readonly dtype: DType
   readonly shape: ReadonlyArray<number>
-  readonly data: Float32Array | Int32Array
+  readonly data: Float32Array | Int32Array | Uint16Array
 }
 
 export interface SafetensorsFile {
@@ -36,13 +41,20 @@ const CHECKSUM = "reins.sha256"
 const MAX_HEADER = 100 * 1024 * 1024
 const littleEndian = endianness() === "LE"
 
-const bytesOf = (a: Float32Array | Int32Array): Uint8Array => {
+const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
   if (littleEndian) return new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
   const out = new Uint8Array(a.byteLength)
   const dv = new DataView(out.buffer)
-  for (let i = 0; i < a.length; i++) (a instanceof Float32Array ? dv.setFloat32(i * 4, a[i]!, true) : dv.setInt32(i * 4, a[i]!, true))
+  for (let i = 0; i < a.length; i++) {
+    if (a instanceof Float32Array) dv.setFloat32(i * 4, a[i]!, true)
+    else if (a instanceof Int32Array) dv.setInt32(i * 4, a[i]!, true)
+    else dv.setUint16(i * 2, a[i]!, true)
+  }
   return out
 }
+
+const matchesDtype = (t: TensorEntry): boolean =>
+  t.dtype === "F32" ? t.data instanceof Float32Array : t.dtype === "I32" ? t.data instanceof Int32Array : t.data instanceof Uint16Array
 
 const sha256 = (bytes: Uint8Array): string => createHash("sha256").update(bytes).digest("hex")
 
@@ -55,7 +67,7 @@ export const encodeSafetensors = (tensors: Readonly<Record<string, TensorEntry>>
     const t = tensors[name]!
     const size = t.shape.reduce((a, b) => a * b, 1)
     if (size !== t.data.length) throw new SafetensorsError(`tensor ${name}: shape [${t.shape.join(", ")}] does not match ${t.data.length} values`)
-    if ((t.dtype === "F32") !== t.data instanceof Float32Array) throw new SafetensorsError(`tensor ${name}: dtype ${t.dtype} does not match its data`)
+    if (!matchesDtype(t)) throw new SafetensorsError(`tensor ${name}: dtype ${t.dtype} does not match its data`)
     header[name] = { dtype: t.dtype, shape: [...t.shape], data_offsets: [offset, offset + t.data.byteLength] }
     offset += t.data.byteLength
   }
@@ -77,24 +89,35 @@ export const encodeSafetensors = (tensors: Readonly<Record<string, TensorEntry>>
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
-/** Parses and fully validates safetensors bytes. Throws `SafetensorsError` saying what is wrong. */
-export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
-  if (bytes.length < 8) throw new SafetensorsError(`truncated: ${bytes.length} bytes, shorter than the 8-byte header length`)
-  const headerLength = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true)
-  if (headerLength > BigInt(Math.min(MAX_HEADER, bytes.length - 8))) {
-    throw new SafetensorsError(`truncated or corrupt: header length ${headerLength} exceeds the ${bytes.length - 8} bytes after it`)
-  }
-  const n = Number(headerLength)
+/** Where one tensor's bytes are, as the header says (offsets relative to the data section). */
+export interface TensorHeader {
+  readonly dtype: DType
+  readonly shape: ReadonlyArray<number>
+  readonly begin: number
+  readonly end: number
+}
+
+export interface SafetensorsHeader {
+  readonly tensors: ReadonlyMap<string, TensorHeader>
+  readonly metadata: Readonly<Record<string, string>>
+  /** Bytes before the data section (8 + the header length). */
+  readonly dataStart: number
+}
+
+/**
+ * Validates a header against the data section's length: dtypes, shapes, offsets that hold their
+ * shapes and cover the data exactly, without holes or overlaps.
+ */
+const parseHeader = (json: Uint8Array, dataStart: number, dataLength: number): SafetensorsHeader => {
   let header: unknown
   try {
-    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, 8 + n)))
+    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(json))
   } catch (e) {
     throw new SafetensorsError(`corrupt header: ${e instanceof Error ? e.message : String(e)}`)
   }
   if (!isRecord(header)) throw new SafetensorsError("corrupt header: not a JSON object")
-  const data = bytes.subarray(8 + n)
   const metadata: Record<string, string> = {}
-  const tensors = new Map<string, TensorEntry>()
+  const tensors = new Map<string, TensorHeader>()
   const ranges: Array<[number, number, string]> = []
   for (const [name, value] of Object.entries(header)) {
     if (name === "__metadata__") {
@@ -107,23 +130,21 @@ export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
     }
     if (!isRecord(value)) throw new SafetensorsError(`corrupt header: entry ${name} is not an object`)
     const { dtype, shape, data_offsets } = value
-    if (dtype !== "F32" && dtype !== "I32") throw new SafetensorsError(`tensor ${name}: unsupported dtype ${JSON.stringify(dtype)} (F32 and I32 are supported)`)
+    if (typeof dtype !== "string" || !(dtype in ELEMENT_BYTES)) {
+      throw new SafetensorsError(`tensor ${name}: unsupported dtype ${JSON.stringify(dtype)} (${Object.keys(ELEMENT_BYTES).join(", ")} are supported)`)
+    }
     if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new SafetensorsError(`tensor ${name}: invalid shape`)
     if (!Array.isArray(data_offsets) || data_offsets.length !== 2 || !data_offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
       throw new SafetensorsError(`tensor ${name}: invalid data_offsets`)
     }
     const [begin, end] = data_offsets as [number, number]
     const size = (shape as Array<number>).reduce((a, b) => a * b, 1)
-    if (end < begin || end - begin !== size * 4) throw new SafetensorsError(`tensor ${name}: data_offsets [${begin}, ${end}] do not hold shape [${shape.join(", ")}]`)
-    if (end > data.length) throw new SafetensorsError(`truncated: tensor ${name} ends at byte ${end} of a ${data.length}-byte data section`)
-    ranges.push([begin, end, name])
-    const copy = new Uint8Array(data.subarray(begin, end)) // aligned, owned
-    let values: Float32Array | Int32Array = dtype === "F32" ? new Float32Array(copy.buffer) : new Int32Array(copy.buffer)
-    if (!littleEndian) {
-      const dv = new DataView(copy.buffer)
-      values = dtype === "F32" ? Float32Array.from({ length: size }, (_, i) => dv.getFloat32(i * 4, true)) : Int32Array.from({ length: size }, (_, i) => dv.getInt32(i * 4, true))
+    if (end < begin || end - begin !== size * ELEMENT_BYTES[dtype as DType]) {
+      throw new SafetensorsError(`tensor ${name}: data_offsets [${begin}, ${end}] do not hold ${dtype} [${shape.join(", ")}]`)
     }
-    tensors.set(name, { dtype, shape: shape as Array<number>, data: values })
+    if (end > dataLength) throw new SafetensorsError(`truncated: tensor ${name} ends at byte ${end} of a ${dataLength}-byte data section`)
+    ranges.push([begin, end, name])
+    tensors.set(name, { dtype: dtype as DType, shape: shape as Array<number>, begin, end })
   }
   ranges.sort((a, b) => a[0] - b[0])
   let covered = 0
@@ -131,8 +152,78 @@ export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
     if (begin !== covered) throw new SafetensorsError(`corrupt: tensor ${name} starts at byte ${begin}, expected ${covered} (hole or overlap)`)
     covered = end
   }
-  if (covered !== data.length) throw new SafetensorsError(`corrupt: ${data.length - covered} bytes after the last tensor`)
-  const checksum = metadata[CHECKSUM]
+  if (covered !== dataLength) throw new SafetensorsError(`corrupt: ${dataLength - covered} bytes after the last tensor`)
+  return { tensors, metadata, dataStart }
+}
+
+/** The header length stored in the first 8 bytes, checked against what follows it. */
+const headerLength = (first8: Uint8Array, total: number): number => {
+  if (total < 8) throw new SafetensorsError(`truncated: ${total} bytes, shorter than the 8-byte header length`)
+  const n = new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true)
+  if (n > BigInt(Math.min(MAX_HEADER, total - 8))) throw new SafetensorsError(`truncated or corrupt: header length ${n} exceeds the ${total - 8} bytes after it`)
+  return Number(n)
+}
+
+/** Typed values of one tensor's little-endian bytes (copied, so they are aligned and owned). */
+const typedValues = (bytes: Uint8Array, dtype: DType): TensorEntry["data"] => {
+  const copy = new Uint8Array(bytes)
+  const size = copy.length / ELEMENT_BYTES[dtype]
+  if (littleEndian) return dtype === "F32" ? new Float32Array(copy.buffer) : dtype === "I32" ? new Int32Array(copy.buffer) : new Uint16Array(copy.buffer)
+  const dv = new DataView(copy.buffer)
+  if (dtype === "F32") return Float32Array.from({ length: size }, (_, i) => dv.getFloat32(i * 4, true))
+  if (dtype === "I32") return Int32Array.from({ length: size }, (_, i) => dv.getInt32(i * 4, true))
+  return Uint16Array.from({ length: size }, (_, i) => dv.getUint16(i * 2, true))
+}
+
+/** Parses and fully validates safetensors bytes. Throws `SafetensorsError` saying what is wrong. */
+export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
+  const n = headerLength(bytes.subarray(0, 8), bytes.length)
+  const data = bytes.subarray(8 + n)
+  const header = parseHeader(bytes.subarray(8, 8 + n), 8 + n, data.length)
+  const tensors = new Map<string, TensorEntry>()
+  for (const [name, t] of header.tensors) tensors.set(name, { dtype: t.dtype, shape: t.shape, data: typedValues(data.subarray(t.begin, t.end), t.dtype) })
+  const checksum = header.metadata[CHECKSUM]
   if (checksum !== undefined && checksum !== sha256(data)) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
-  return { tensors, metadata }
+  return { tensors, metadata: header.metadata }
+}
+
+/**
+ * Reads a safetensors file tensor by tensor (a large checkpoint is never held whole in memory):
+ * the header is read and validated against the file's size on open, each tensor on demand.
+ */
+export class SafetensorsReader {
+  private constructor(
+    private readonly handle: fs.FileHandle,
+    readonly header: SafetensorsHeader
+  ) {}
+
+  static async open(file: string): Promise<SafetensorsReader> {
+    const handle = await fs.open(file, "r")
+    try {
+      const { size } = await handle.stat()
+      const first8 = new Uint8Array(8)
+      await handle.read(first8, 0, Math.min(8, size), 0)
+      const n = headerLength(first8, size)
+      const json = new Uint8Array(n)
+      await handle.read(json, 0, n, 8)
+      return new SafetensorsReader(handle, parseHeader(json, 8 + n, size - 8 - n))
+    } catch (e) {
+      await handle.close()
+      throw e
+    }
+  }
+
+  /** One tensor's values in its stored dtype. */
+  async read(name: string): Promise<TensorEntry> {
+    const t = this.header.tensors.get(name)
+    if (t === undefined) throw new SafetensorsError(`no tensor ${name}`)
+    const bytes = new Uint8Array(t.end - t.begin)
+    const { bytesRead } = await this.handle.read(bytes, 0, bytes.length, this.header.dataStart + t.begin)
+    if (bytesRead !== bytes.length) throw new SafetensorsError(`truncated: tensor ${name} could not be read whole`)
+    return { dtype: t.dtype, shape: t.shape, data: typedValues(bytes, t.dtype) }
+  }
+
+  close(): Promise<void> {
+    return this.handle.close()
+  }
 }

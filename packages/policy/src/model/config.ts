@@ -10,6 +10,14 @@
  *               gelu(x) ≈ x·σ(1.702x): XNNPACK has a fast sigmoid and no fast tanh/erf) or
  *               "swiglu" (W2·(silu(W1·x) ⊙ W3·x))
  *   tie_word_embeddings   the output head reuses the token embedding table (default true)
+ *
+ * The Llama family's options (Hugging Face checkpoints map onto these: see checkpoint/hf/):
+ *   n_kv_heads    grouped-query attention: key/value heads, each shared by n_heads / n_kv_heads
+ *                 query heads (default n_heads)
+ *   head_dim      may differ from d_model / n_heads, as in Qwen3 (default d_model / n_heads)
+ *   qkv_bias      q, k and v projections have biases (Qwen2); o_bias: the output projection too
+ *   qk_norm       an RMSNorm over each head of q and k before the rotation (Qwen3)
+ *   rope_scaling  "linear" or "llama3" frequency scaling (see model/rope.ts)
  * `version` is the policy version of the weights (bumped by every training update).
  */
 import { Schema } from "effect"
@@ -19,6 +27,19 @@ const PositiveInt = Schema.Int.pipe(Schema.positive())
 export const NormKind = Schema.Literal("rmsnorm", "layernorm")
 export const PositionKind = Schema.Literal("rope", "learned")
 export const MlpKind = Schema.Literal("gelu", "swiglu")
+
+/** RoPE frequency scaling, as `transformers` computes it (`rope_type` "linear" or "llama3"). */
+export const RopeScaling = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("linear"), factor: Schema.Number.pipe(Schema.positive()) }),
+  Schema.Struct({
+    type: Schema.Literal("llama3"),
+    factor: Schema.Number.pipe(Schema.positive()),
+    low_freq_factor: Schema.Number.pipe(Schema.positive()),
+    high_freq_factor: Schema.Number.pipe(Schema.positive()),
+    original_max_position_embeddings: PositiveInt
+  })
+)
+export type RopeScaling = typeof RopeScaling.Type
 
 const field = <A, I>(schema: Schema.Schema<A, I>, key: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(key))
 const withDefault = <A, I>(schema: Schema.Schema<A, I>, key: string, value: NoInfer<A>) =>
@@ -38,12 +59,32 @@ export class ModelConfig extends Schema.Class<ModelConfig>("ModelConfig")(
     tieEmbeddings: withDefault(Schema.Boolean, "tie_word_embeddings", true),
     ropeTheta: withDefault(Schema.Number.pipe(Schema.positive()), "rope_theta", 10000),
     normEps: withDefault(Schema.Number.pipe(Schema.positive()), "norm_eps", 1e-5),
+    nKvHeads: Schema.optional(PositiveInt).pipe(Schema.fromKey("n_kv_heads")),
+    headDimension: Schema.optional(PositiveInt).pipe(Schema.fromKey("head_dim")),
+    qkvBias: Schema.optional(Schema.Boolean).pipe(Schema.fromKey("qkv_bias")),
+    oBias: Schema.optional(Schema.Boolean).pipe(Schema.fromKey("o_bias")),
+    qkNorm: Schema.optional(Schema.Boolean).pipe(Schema.fromKey("qk_norm")),
+    ropeScaling: Schema.optional(RopeScaling).pipe(Schema.fromKey("rope_scaling")),
     version: withDefault(Schema.Int.pipe(Schema.nonNegative()), "version", 0)
   },
   { identifier: "ModelConfig" }
 ) {
   get headDim(): number {
-    return this.dModel / this.nHeads
+    return this.headDimension ?? this.dModel / this.nHeads
+  }
+
+  /** Key/value heads (grouped-query attention when fewer than `nHeads`). */
+  get kvHeads(): number {
+    return this.nKvHeads ?? this.nHeads
+  }
+
+  /** Width of the concatenated query heads, and of the key (or value) heads. */
+  get qDim(): number {
+    return this.nHeads * this.headDim
+  }
+
+  get kvDim(): number {
+    return this.kvHeads * this.headDim
   }
 
   /** A copy with a different policy version. */
@@ -67,8 +108,10 @@ export const decodeConfig = (json: unknown): ModelConfig => {
 
 /** Checks what the schema cannot express; throws an Error naming the problem. */
 export const validate = (c: ModelConfig): ModelConfig => {
-  if (c.dModel % c.nHeads !== 0) throw new Error(`d_model ${c.dModel} is not divisible by n_heads ${c.nHeads}`)
-  if (c.positions === "rope" && c.headDim % 2 !== 0) throw new Error(`rope needs an even head dimension (d_model / n_heads = ${c.headDim})`)
+  if (c.headDimension === undefined && c.dModel % c.nHeads !== 0) throw new Error(`d_model ${c.dModel} is not divisible by n_heads ${c.nHeads}`)
+  if (c.nHeads % c.kvHeads !== 0) throw new Error(`n_heads ${c.nHeads} is not a multiple of n_kv_heads ${c.kvHeads}`)
+  if (c.positions === "rope" && c.headDim % 2 !== 0) throw new Error(`rope needs an even head dimension (head_dim = ${c.headDim})`)
+  if (c.ropeScaling !== undefined && c.positions !== "rope") throw new Error(`rope_scaling needs positions "rope"`)
   return c
 }
 
@@ -86,6 +129,12 @@ export const makeConfig = (fields: {
   readonly tieEmbeddings?: boolean
   readonly ropeTheta?: number
   readonly normEps?: number
+  readonly nKvHeads?: number
+  readonly headDimension?: number
+  readonly qkvBias?: boolean
+  readonly oBias?: boolean
+  readonly qkNorm?: boolean
+  readonly ropeScaling?: RopeScaling
   readonly version?: number
 }): ModelConfig =>
   validate(
@@ -114,7 +163,20 @@ export const parameterShapes = (c: ModelConfig): Record<string, ReadonlyArray<nu
   for (let l = 0; l < c.nLayers; l++) {
     const p = `layers.${l}`
     norm(`${p}.attn_norm`)
-    for (const w of ["wq", "wk", "wv", "wo"]) shapes[`${p}.attn.${w}`] = [d, d]
+    shapes[`${p}.attn.wq`] = [d, c.qDim]
+    shapes[`${p}.attn.wk`] = [d, c.kvDim]
+    shapes[`${p}.attn.wv`] = [d, c.kvDim]
+    shapes[`${p}.attn.wo`] = [c.qDim, d]
+    if (c.qkvBias === true) {
+      shapes[`${p}.attn.bq`] = [c.qDim]
+      shapes[`${p}.attn.bk`] = [c.kvDim]
+      shapes[`${p}.attn.bv`] = [c.kvDim]
+    }
+    if (c.oBias === true) shapes[`${p}.attn.bo`] = [d]
+    if (c.qkNorm === true) {
+      shapes[`${p}.attn.q_norm.weight`] = [c.headDim]
+      shapes[`${p}.attn.k_norm.weight`] = [c.headDim]
+    }
     norm(`${p}.mlp_norm`)
     shapes[`${p}.mlp.w1`] = [d, c.dFf]
     if (c.mlp === "swiglu") shapes[`${p}.mlp.w3`] = [d, c.dFf]
@@ -137,7 +199,8 @@ export const parameterCount = (c: ModelConfig): number =>
 export const forwardFlops = (c: ModelConfig, tokens: number, seqLen: number): number => {
   const d = c.dModel
   // The one-hot embedding product is not counted: it is a lookup, not model arithmetic.
-  const perToken = c.nLayers * (4 * d * d + (c.mlp === "swiglu" ? 3 : 2) * d * c.dFf) + d * c.vocabSize /* head */
-  const attention = c.nLayers * 2 * seqLen * d // QKᵀ and P·V per token
+  const projections = d * (2 * c.qDim + 2 * c.kvDim)
+  const perToken = c.nLayers * (projections + (c.mlp === "swiglu" ? 3 : 2) * d * c.dFf) + d * c.vocabSize /* head */
+  const attention = c.nLayers * 2 * seqLen * c.qDim // QKᵀ and P·V per token
   return 2 * tokens * (perToken + attention)
 }

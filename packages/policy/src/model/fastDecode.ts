@@ -40,8 +40,12 @@ interface Matrix {
 interface LayerWeights {
   readonly attnNorm: Float32Array
   readonly attnNormBias: Float32Array | undefined
-  readonly qkv: Matrix // [d, 3d]
+  readonly qkv: Matrix // [d, qDim + 2·kvDim]
+  readonly qkvBias: Float32Array | undefined
+  readonly qNorm: Float32Array | undefined // [hd]
+  readonly kNorm: Float32Array | undefined
   readonly wo: Matrix
+  readonly woBias: Float32Array | undefined
   readonly mlpNorm: Float32Array
   readonly mlpNormBias: Float32Array | undefined
   readonly w1: Matrix // [d, ff]
@@ -101,11 +105,16 @@ export class DecodeWeights {
     const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
       const n = (s: string) => `layers.${l}.${s}`
       const qkv = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
+      const biases = ["attn.bq", "attn.bk", "attn.bv"].map((b) => optional(n(b)))
       const layer: LayerWeights = {
         attnNorm: values(n("attn_norm.weight")),
         attnNormBias: optional(n("attn_norm.bias")),
         qkv: matrix(qkv),
+        qkvBias: biases.every((b) => b !== undefined) ? Float32Array.from([...biases[0]!, ...biases[1]!, ...biases[2]!]) : undefined,
+        qNorm: optional(n("attn.q_norm.weight")),
+        kNorm: optional(n("attn.k_norm.weight")),
         wo: matrix(p(n("attn.wo"))),
+        woBias: optional(n("attn.bo")),
         mlpNorm: values(n("mlp_norm.weight")),
         mlpNormBias: optional(n("mlp_norm.bias")),
         w1: matrix(p(n("mlp.w1"))),
@@ -142,7 +151,8 @@ export class DecodeWeights {
  * Keys (rotated) and values of one sequence in its decoder's kernel memory (attentionKernel.ts):
  * a byte offset, not an array, since that memory can grow. Head-major, [heads, capacity, hd] per
  * layer, so the rows one head attends over are contiguous: decoding many sequences reads every
- * cache once per step, which is memory-bound, and sequential reads stream fastest.
+ * cache once per step, which is memory-bound, and sequential reads stream fastest. With
+ * grouped-query attention only the key/value heads are cached (`d` = kv heads · hd).
  */
 export class KvCache {
   length = 0
@@ -187,12 +197,12 @@ export class FastDecoder {
 
   constructor(private weights: DecodeWeights) {
     const c = weights.config
-    this.rope = c.positions === "rope" ? ropeTable(c.contextLength, c.headDim, c.ropeTheta) : undefined
+    this.rope = c.positions === "rope" ? ropeTable(c.contextLength, c.headDim, c.ropeTheta, c.ropeScaling) : undefined
     // The SIMD kernels work on 4-float groups.
     this.kernel = new AttentionKernel({ simd: c.headDim % 4 === 0 })
-    this.qAt = this.kernel.alloc(c.dModel)
+    this.qAt = this.kernel.alloc(c.qDim)
     this.scoresAt = this.kernel.alloc(c.contextLength)
-    this.outAt = this.kernel.alloc(c.dModel)
+    this.outAt = this.kernel.alloc(c.headDim)
   }
 
   /** True when attention runs on the wasm SIMD kernels (else their JS fallback). */
@@ -217,13 +227,13 @@ export class FastDecoder {
   newCache(capacity = this.config.contextLength): KvCache {
     const c = this.config
     const rounded = Math.min(c.contextLength, Math.ceil(Math.max(1, capacity) / 64) * 64)
-    return new KvCache(rounded, this.kernel.alloc(KvCache.floats(rounded, c.nLayers, c.dModel)), c.dModel)
+    return new KvCache(rounded, this.kernel.alloc(KvCache.floats(rounded, c.nLayers, c.kvDim)), c.kvDim)
   }
 
   /** Returns a cache's memory (the cache must not be used afterwards). */
   freeCache(cache: KvCache): void {
     const c = this.config
-    this.kernel.free(cache.offset, KvCache.floats(cache.capacity, c.nLayers, c.dModel))
+    this.kernel.free(cache.offset, KvCache.floats(cache.capacity, c.nLayers, c.kvDim))
   }
 
   /**
@@ -262,8 +272,12 @@ export class FastDecoder {
       const layer = w.layers[l]!
       this.norm(x, h, R, layer.attnNorm, layer.attnNormBias)
       const qkv = this.gemm(h, R, layer.qkv, "qkv")
+      if (layer.qkvBias !== undefined) addRows(qkv, R, layer.qkvBias)
+      if (layer.qNorm !== undefined) this.headNorms(qkv, R, layer)
       const att = this.attend(qkv, chunks, l)
-      this.addInto(x, this.gemm(att, R, layer.wo, "o"))
+      const o = this.gemm(att, R, layer.wo, "o")
+      if (layer.woBias !== undefined) addRows(o, R, layer.woBias)
+      this.addInto(x, o)
       this.norm(x, h, R, layer.mlpNorm, layer.mlpNormBias)
       this.addInto(x, this.mlp(h, R, layer))
     }
@@ -303,6 +317,23 @@ export class FastDecoder {
       }
       const inv = 1 / Math.sqrt(sq / d + eps)
       for (let j = 0; j < d; j++) out[o + j] = (x[o + j]! - mean) * inv * weight[j]! + (bias === undefined ? 0 : bias[j]!)
+    }
+  }
+
+  /** Qwen3's RMSNorm of every query and key head of qkv [R, qDim + 2·kvDim], in place. */
+  private headNorms(qkv: Float32Array, R: number, layer: LayerWeights): void {
+    const c = this.config
+    const hd = c.headDim
+    const width = c.qDim + 2 * c.kvDim
+    for (let r = 0; r < R; r++) {
+      for (let h = 0; h < c.nHeads + c.kvHeads; h++) {
+        const o = r * width + h * hd
+        const weight = h < c.nHeads ? layer.qNorm! : layer.kNorm!
+        let sq = 0
+        for (let j = 0; j < hd; j++) sq += qkv[o + j]! * qkv[o + j]!
+        const inv = 1 / Math.sqrt(sq / hd + c.normEps)
+        for (let j = 0; j < hd; j++) qkv[o + j] = qkv[o + j]! * inv * weight[j]!
+      }
     }
   }
 
@@ -350,17 +381,22 @@ export class FastDecoder {
 
   /**
    * Rotates and stores every row's key and value in its cache, then attends each row's query to
-   * its cache up to its own position. qkv is [R, 3d] = [q | k | v].
+   * its cache up to its own position. qkv is [R, qDim + 2·kvDim] = [q | k | v]; query head h
+   * reads key/value head h / (nHeads / kvHeads).
    */
   private attend(qkv: Float32Array, chunks: ReadonlyArray<Chunk>, l: number): Float32Array {
     const c = this.config
-    const d = c.dModel
+    const qd = c.qDim
+    const kvd = c.kvDim
+    const width = qd + 2 * kvd
     const H = c.nHeads
+    const KV = c.kvHeads
+    const group = H / KV
     const hd = c.headDim
     const scale = 1 / Math.sqrt(hd)
     let R = 0
     for (const ch of chunks) R += ch.ids.length
-    const out = this.scratch.get("att", R * d)
+    const out = this.scratch.get("att", R * qd)
     const m = this.kernel.f32()
     const q = this.qAt >> 2
     const scores = this.scoresAt >> 2
@@ -373,26 +409,26 @@ export class FastDecoder {
       const headStride = ch.cache.capacity * hd // floats between two heads of a layer
       for (let i = 0; i < ch.ids.length; i++) {
         const pos = ch.cache.length + i
-        const src = (r + i) * 3 * d
-        if (this.rope !== undefined) rotate(qkv, src + d, pos, H, this.rope)
-        for (let h = 0; h < H; h++) {
+        const src = (r + i) * width
+        if (this.rope !== undefined) rotate(qkv, src + qd, pos, KV, this.rope)
+        for (let h = 0; h < KV; h++) {
           const at = h * headStride + pos * hd
-          m.set(qkv.subarray(src + d + h * hd, src + d + (h + 1) * hd), (keys >> 2) + at)
-          m.set(qkv.subarray(src + 2 * d + h * hd, src + 2 * d + (h + 1) * hd), (values >> 2) + at)
+          m.set(qkv.subarray(src + qd + h * hd, src + qd + (h + 1) * hd), (keys >> 2) + at)
+          m.set(qkv.subarray(src + qd + kvd + h * hd, src + qd + kvd + (h + 1) * hd), (values >> 2) + at)
         }
       }
       for (let i = 0; i < ch.ids.length; i++, r++) {
         const pos = ch.cache.length + i
-        m.set(qkv.subarray(r * 3 * d, r * 3 * d + d), q)
+        m.set(qkv.subarray(r * width, r * width + qd), q)
         if (this.rope !== undefined) rotate(m, q, pos, H, this.rope)
-        for (let t = 0; t < d; t++) m[q + t]! *= scale
+        for (let t = 0; t < qd; t++) m[q + t]! *= scale
         for (let h = 0; h < H; h++) {
-          // scores = q_h·K_hᵀ over positions 0..pos, softmax, then Σ p·V_h.
-          const base = h * headStride * 4
+          // scores = q_h·K_gᵀ over positions 0..pos, softmax, then Σ p·V_g (g: h's kv head).
+          const base = Math.floor(h / group) * headStride * 4
           this.kernel.dotRows(this.qAt + h * hd * 4, keys + base, pos + 1, hd * 4, hd * 4, this.scoresAt)
           softmaxInPlace(m, scores, pos + 1)
           this.kernel.axpyRows(this.scoresAt, values + base, pos + 1, hd * 4, hd * 4, this.outAt)
-          out.set(m.subarray(head, head + hd), r * d + h * hd)
+          out.set(m.subarray(head, head + hd), r * qd + h * hd)
         }
       }
     }
@@ -423,6 +459,12 @@ export class FastDecoder {
     }
     return out
   }
+}
+
+/** Adds `bias` [cols] to every one of the R rows of x. */
+const addRows = (x: Float32Array, R: number, bias: Float32Array): void => {
+  const n = bias.length
+  for (let r = 0; r < R; r++) for (let j = 0; j < n; j++) x[r * n + j]! += bias[j]!
 }
 
 /** Softmax of m[at .. at + n) in place. */

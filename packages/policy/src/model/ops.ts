@@ -15,6 +15,7 @@
  * reference the fast paths are tested against (test/policy/ops.test.ts).
  */
 import * as tf from "@tensorflow/tfjs"
+import type { RopeScaling } from "./config.js"
 import { BufferPool, isWasm, Scratch, upload, view } from "./heap.js"
 
 const scratch = new Scratch()
@@ -179,13 +180,35 @@ export interface RopeTable {
   readonly sin: Float32Array
 }
 
-export const ropeTable = (contextLength: number, headDim: number, theta: number): RopeTable => {
+/**
+ * The rotation frequency of each pair, θ^(-2i/headDim), with `transformers`' scaling:
+ *   linear   every frequency divided by `factor` (positions interpolated)
+ *   llama3   long wavelengths (> original context / low_freq_factor) divided by `factor`,
+ *            short ones (< original context / high_freq_factor) kept, a smooth blend between
+ */
+export const ropeFrequencies = (headDim: number, theta: number, scaling?: RopeScaling): Float64Array => {
   const half = headDim / 2
+  const freqs = Float64Array.from({ length: half }, (_, i) => Math.pow(theta, (-2 * i) / headDim))
+  if (scaling === undefined) return freqs
+  if (scaling.type === "linear") return freqs.map((f) => f / scaling.factor)
+  const { factor, low_freq_factor: low, high_freq_factor: high, original_max_position_embeddings: original } = scaling
+  return freqs.map((f) => {
+    const wavelength = (2 * Math.PI) / f
+    if (wavelength < original / high) return f
+    if (wavelength > original / low) return f / factor
+    const smooth = (original / wavelength - low) / (high - low)
+    return (1 - smooth) * (f / factor) + smooth * f
+  })
+}
+
+export const ropeTable = (contextLength: number, headDim: number, theta: number, scaling?: RopeScaling): RopeTable => {
+  const half = headDim / 2
+  const freqs = ropeFrequencies(headDim, theta, scaling)
   const cos = new Float32Array(contextLength * half)
   const sin = new Float32Array(contextLength * half)
   for (let p = 0; p < contextLength; p++) {
     for (let i = 0; i < half; i++) {
-      const angle = p * Math.pow(theta, (-2 * i) / headDim)
+      const angle = p * freqs[i]!
       cos[p * half + i] = Math.cos(angle)
       sin[p * half + i] = Math.sin(angle)
     }

@@ -7,8 +7,8 @@
  *                      x = x + mlp(norm(x))                                          (GELU or SwiGLU)
  *   logits = norm(x)·head        (head = embeddingᵀ when tied)
  *
- * No biases in linear layers; matrices are stored [in, out] so a layer is `x·W`. The choices are
- * documented in config.ts. Two forward passes:
+ * Matrices are stored [in, out] so a layer is `x·W`; the Llama family's options (grouped-query
+ * attention, q/k/v biases, per-head q/k norms, RoPE scaling) are documented in config.ts. Two forward passes:
  *
  *   forward(batch)        training: rows of packed sequences (each row may hold several
  *                         sequences; attention never crosses a sequence boundary, positions
@@ -89,7 +89,7 @@ export class Transformer {
       })
     )
     this.version = config.version
-    this.rope = config.positions === "rope" ? ropeTable(config.contextLength, config.headDim, config.ropeTheta) : undefined
+    this.rope = config.positions === "rope" ? ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling) : undefined
   }
 
   /** A model with the given weights (checked against the config's names and shapes). */
@@ -148,12 +148,43 @@ export class Transformer {
     return norm(x, this.param(`${name}.weight`) as tf.Tensor1D, bias, this.config.normEps)
   }
 
+  /** x·W (+ b when the parameter `bias` exists). */
+  private linear(x: tf.Tensor2D, weight: string, bias: string): tf.Tensor2D {
+    const y = matmul(x, this.param(weight) as tf.Tensor2D)
+    const b = this.params.get(bias)
+    return b === undefined ? y : tf.add(y, b)
+  }
+
+  /** RMSNorm over every head of x [N, heads·hd] (Qwen3's q_norm / k_norm). */
+  private headNorm(x: tf.Tensor2D, name: string): tf.Tensor2D {
+    const [n, width] = x.shape
+    const hd = this.config.headDim
+    const normed = norm(tf.reshape(x, [(n * width) / hd, hd]), this.param(name) as tf.Tensor1D, undefined, this.config.normEps)
+    return tf.reshape(normed, [n, width])
+  }
+
+  /** Grouped-query attention: each key/value head repeated for the query heads that share it. */
+  private repeatKv(x: tf.Tensor2D): tf.Tensor2D {
+    const c = this.config
+    const groups = c.nHeads / c.kvHeads
+    if (groups === 1) return x
+    const n = x.shape[0]
+    return tf.reshape(tf.tile(tf.reshape(x, [n, c.kvHeads, 1, c.headDim]), [1, 1, groups, 1]), [n, c.qDim])
+  }
+
   /** One pre-norm block; `attend` maps (q, k, v) of the new tokens to their attention output. */
   private block(x: tf.Tensor2D, l: number, attend: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
     const w = (name: string) => this.param(`layers.${l}.${name}`) as tf.Tensor2D
+    const p = `layers.${l}.attn`
     const h = this.norm(x, `layers.${l}.attn_norm`)
-    const a = attend(matmul(h, w("attn.wq")), matmul(h, w("attn.wk")), matmul(h, w("attn.wv")))
-    x = tf.add(x, matmul(a, w("attn.wo")))
+    let q = this.linear(h, `${p}.wq`, `${p}.bq`)
+    let k = this.linear(h, `${p}.wk`, `${p}.bk`)
+    if (this.config.qkNorm === true) {
+      q = this.headNorm(q, `${p}.q_norm.weight`)
+      k = this.headNorm(k, `${p}.k_norm.weight`)
+    }
+    const a = attend(q, this.repeatKv(k), this.repeatKv(this.linear(h, `${p}.wv`, `${p}.bv`)))
+    x = tf.add(x, this.linear(a, `${p}.wo`, `${p}.bo`))
     const m = this.norm(x, `layers.${l}.mlp_norm`)
     const hidden: tf.Tensor2D =
       this.config.mlp === "swiglu" ? tf.mul(silu(matmul(m, w("mlp.w1"))), matmul(m, w("mlp.w3"))) : gelu(matmul(m, w("mlp.w1")))
@@ -268,7 +299,7 @@ export const initWeights = (config: ModelConfig, seed: number): Weights => {
   for (const [name, shape] of Object.entries(parameterShapes(config))) {
     const w = new Float32Array(shape.reduce((a, b) => a * b, 1))
     if (name.endsWith("norm.weight")) w.fill(1)
-    else if (!name.endsWith(".bias")) {
+    else if (!name.endsWith(".bias") && !/\.attn\.b[qkvo]$/.test(name)) {
       const std = name.endsWith("attn.wo") || name.endsWith("mlp.w2") ? residualStd : 0.02
       for (let i = 0; i < w.length; i++) w[i] = std * rng.normal()
     }

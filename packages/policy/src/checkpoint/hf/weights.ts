@@ -1,0 +1,183 @@
+/**
+ * Hugging Face weights in and out: `model.safetensors`, or shards named by
+ * `model.safetensors.index.json`, with Hugging Face tensor names and `nn.Linear`'s [out, in]
+ * layout, stored as BF16, F16 or F32. The model keeps its own names and [in, out] matrices
+ * (see model/config.ts `parameterShapes`), so loading renames, converts to float32 and
+ * transposes — tensor by tensor, so a large checkpoint is never in memory twice.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { type ModelConfig, parameterShapes } from "../../model/config.js"
+import type { Weights } from "../../model/transformer.js"
+import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
+import { encodeSafetensors, SafetensorsReader, type TensorEntry } from "../safetensors.js"
+import type { HfDtype } from "./config.js"
+
+export const HF_WEIGHTS_FILE = "model.safetensors"
+export const HF_INDEX_FILE = "model.safetensors.index.json"
+
+/** A weights file (or its index) that cannot be read or does not fit the config. */
+export class HfWeightsError extends Error {
+  override readonly name = "HfWeightsError"
+  constructor(
+    readonly file: string,
+    message: string
+  ) {
+    super(`${file}: ${message}`)
+  }
+}
+
+/** How one of our parameters is stored in a Hugging Face checkpoint. */
+interface HfName {
+  readonly hf: string
+  /** A linear layer's weight: [out, in] there, [in, out] here. */
+  readonly transpose: boolean
+}
+
+const LINEARS: Record<string, string> = {
+  "attn.wq": "self_attn.q_proj",
+  "attn.wk": "self_attn.k_proj",
+  "attn.wv": "self_attn.v_proj",
+  "attn.wo": "self_attn.o_proj",
+  "mlp.w1": "mlp.gate_proj",
+  "mlp.w3": "mlp.up_proj",
+  "mlp.w2": "mlp.down_proj"
+}
+const VECTORS: Record<string, string> = {
+  "attn_norm.weight": "input_layernorm.weight",
+  "mlp_norm.weight": "post_attention_layernorm.weight",
+  "attn.bq": "self_attn.q_proj.bias",
+  "attn.bk": "self_attn.k_proj.bias",
+  "attn.bv": "self_attn.v_proj.bias",
+  "attn.bo": "self_attn.o_proj.bias",
+  "attn.q_norm.weight": "self_attn.q_norm.weight",
+  "attn.k_norm.weight": "self_attn.k_norm.weight"
+}
+
+/** The Hugging Face name of each of our parameters. */
+export const hfName = (name: string): HfName => {
+  if (name === "tok_embeddings.weight") return { hf: "model.embed_tokens.weight", transpose: false }
+  if (name === "norm.weight") return { hf: "model.norm.weight", transpose: false }
+  if (name === "lm_head.weight") return { hf: "lm_head.weight", transpose: true }
+  const m = /^layers\.(\d+)\.(.+)$/.exec(name)
+  if (m !== null) {
+    const [, l, rest] = m
+    if (rest! in LINEARS) return { hf: `model.layers.${l}.${LINEARS[rest!]}.weight`, transpose: true }
+    if (rest! in VECTORS) return { hf: `model.layers.${l}.${VECTORS[rest!]}`, transpose: false }
+  }
+  throw new Error(`parameter ${name} has no Hugging Face name (only the Llama family's parameters do)`)
+}
+
+/** [rows, cols] row-major → [cols, rows]. */
+const transpose = (x: Float32Array, rows: number, cols: number): Float32Array => {
+  const out = new Float32Array(x.length)
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = x[i * cols + j]!
+  return out
+}
+
+/** Tensors Hugging Face files may carry that are not weights (old Llama checkpoints). */
+const IGNORED = /\.rotary_emb\.inv_freq$/
+
+/** The shard that holds each tensor: from the index, or the single file. */
+const shardMap = async (dir: string): Promise<Map<string, string>> => {
+  const index = path.join(dir, HF_INDEX_FILE)
+  let text: string
+  try {
+    text = await fs.readFile(index, "utf8")
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new HfWeightsError(index, `cannot read (${(e as Error).message})`)
+    return new Map() // a single model.safetensors: every tensor is there
+  }
+  let json: unknown
+  try {
+    json = JSON.parse(text)
+  } catch (e) {
+    throw new HfWeightsError(index, `invalid JSON (${(e as Error).message})`)
+  }
+  const map = (json as { weight_map?: unknown } | null)?.weight_map
+  if (typeof map !== "object" || map === null || Array.isArray(map)) throw new HfWeightsError(index, "has no weight_map object")
+  const out = new Map<string, string>()
+  for (const [name, file] of Object.entries(map)) {
+    if (typeof file !== "string" || file.includes("/") || file.includes("\\")) throw new HfWeightsError(index, `weight_map.${name} is not a file name: ${JSON.stringify(file)}`)
+    out.set(name, file)
+  }
+  return out
+}
+
+/**
+ * Reads the weights of a Hugging Face model directory for `config`: every parameter present
+ * with the shape the config implies, no tensor left over (but a tied `lm_head.weight`, which
+ * some files repeat, and RoPE buffers).
+ */
+export const readHfWeights = async (dir: string, config: ModelConfig): Promise<Weights> => {
+  const shards = await shardMap(dir)
+  const fileOf = (hf: string) => shards.get(hf) ?? (shards.size === 0 ? HF_WEIGHTS_FILE : undefined)
+  const readers = new Map<string, SafetensorsReader>()
+  const open = async (file: string) => {
+    let r = readers.get(file)
+    if (r === undefined) {
+      const full = path.join(dir, file)
+      try {
+        r = await SafetensorsReader.open(full)
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code
+        throw new HfWeightsError(full, code === "ENOENT" ? (shards.size > 0 ? `missing shard (named by ${HF_INDEX_FILE})` : "missing") : (e as Error).message)
+      }
+      readers.set(file, r)
+    }
+    return r
+  }
+  try {
+    const weights: Weights = {}
+    const expected = new Set<string>()
+    for (const [name, shape] of Object.entries(parameterShapes(config))) {
+      const { hf, transpose: t } = hfName(name)
+      expected.add(hf)
+      const file = fileOf(hf)
+      if (file === undefined) throw new HfWeightsError(path.join(dir, HF_INDEX_FILE), `does not name a shard for tensor ${hf}`)
+      const reader = await open(file)
+      const full = path.join(dir, file)
+      const header = reader.header.tensors.get(hf)
+      if (header === undefined) throw new HfWeightsError(full, `missing tensor ${hf}`)
+      const stored = t ? [shape[1]!, shape[0]!] : shape
+      if (header.shape.join(",") !== stored.join(",")) {
+        throw new HfWeightsError(full, `tensor ${hf} is [${header.shape.join(", ")}], config.json implies [${stored.join(", ")}]`)
+      }
+      let values: Float32Array
+      try {
+        const entry = await reader.read(hf)
+        values = toF32(entry.dtype, entry.data)
+      } catch (e) {
+        throw new HfWeightsError(full, `tensor ${hf}: ${(e as Error).message}`)
+      }
+      weights[name] = t ? transpose(values, stored[0]!, stored[1]!) : values
+    }
+    // Every tensor of the files must be one the model uses.
+    if (config.tieEmbeddings) expected.add("lm_head.weight")
+    const files = shards.size > 0 ? new Set(shards.values()) : new Set([HF_WEIGHTS_FILE])
+    for (const file of files) {
+      const reader = await open(file)
+      for (const name of reader.header.tensors.keys()) {
+        if (!expected.has(name) && !IGNORED.test(name)) throw new HfWeightsError(path.join(dir, file), `unexpected tensor ${name} (config.json does not use it)`)
+      }
+    }
+    return weights
+  } finally {
+    await Promise.all([...readers.values()].map((r) => r.close()))
+  }
+}
+
+/** The safetensors bytes of `weights` in Hugging Face names, layout and `dtype`. */
+export const encodeHfWeights = (config: ModelConfig, weights: Weights, dtype: HfDtype, metadata: Record<string, string> = {}): Uint8Array => {
+  const tensors: Record<string, TensorEntry> = {}
+  for (const [name, shape] of Object.entries(parameterShapes(config))) {
+    const { hf, transpose: t } = hfName(name)
+    const values = t ? transpose(weights[name]!, shape[0]!, shape[1]!) : weights[name]!
+    const stored = t ? [shape[1]!, shape[0]!] : shape
+    tensors[hf] =
+      dtype === "float32"
+        ? { dtype: "F32", shape: stored, data: values }
+        : { dtype: dtype === "bfloat16" ? "BF16" : "F16", shape: stored, data: dtype === "bfloat16" ? f32ToBf16(values) : f32ToF16(values) }
+  }
+  return encodeSafetensors(tensors, { format: "pt", ...metadata })
+}
