@@ -11,6 +11,21 @@ import path from "node:path"
 const greedy = (maxTokens: number) =>
   new SamplingParams({ maxTokens, temperature: 0, topP: 1, topK: 0, stop: [], topLogprobs: 0 })
 
+/**
+ * Polls Info until the engine is parked (it has looked at every change and has nothing it may run)
+ * with a request in it, or has sampled past `sampledBefore`: the held state, or the proof there
+ * is none. Bounded.
+ */
+const engineSettled = (device: Effect.Effect.Success<typeof Device.client>, sampledBefore: number) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 2_000; i++) {
+      const { engine } = yield* device.Info()
+      if (engine.parked && (engine.waiting + engine.running + engine.held > 0 || engine.generatedTokens > sampledBefore)) return engine
+      yield* Effect.sleep("5 millis")
+    }
+    return yield* Effect.dieMessage("the engine never settled")
+  })
+
 describe("device actor", () => {
   it("runs the engine in a worker thread: info, streamed generation, pause/resume", async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "reins-device-"))
@@ -37,8 +52,12 @@ describe("device actor", () => {
 
         // A request made while paused waits for resume, then gets the same greedy tokens.
         yield* device.Pause({ mode: "drain" })
+        const atPause = (yield* device.Info()).engine
         const held = yield* Effect.fork(Stream.runCollect(device.Generate(request("b"))))
-        yield* Effect.sleep("200 millis")
+        // Held, as a state: the engine has seen the request (it is queued) and parked with it —
+        // nothing runs until the next change. A device that ran it would show tokens instead.
+        const engine = yield* engineSettled(device, atPause.generatedTokens)
+        expect(engine).toMatchObject({ waiting: 1, running: 0, held: 0, steps: atPause.steps, generatedTokens: atPause.generatedTokens })
         expect(held.unsafePoll()).toBeNull()
         yield* device.Resume()
         const after = Chunk.toReadonlyArray(yield* Fiber.join(held)).flatMap((c) => Array.from(c.outputIds))

@@ -105,6 +105,21 @@ const fixedBatch = Effect.gen(function*() {
   return { before, samples: [sample(SEQ_UP, 1, before.logprobs[0]!), sample(SEQ_DOWN, -1, before.logprobs[1]!)] }
 })
 
+/**
+ * Polls Info until the engine is parked (it has looked at every change and has nothing it may run)
+ * with a request in it, or has sampled past `sampledBefore`: the held state, or the proof there
+ * is none. Bounded.
+ */
+const engineSettled = (device: Effect.Effect.Success<typeof Device.client>, sampledBefore: number) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 2_000; i++) {
+      const { engine } = yield* device.Info()
+      if (engine.parked && (engine.waiting + engine.running + engine.held > 0 || engine.generatedTokens > sampledBefore)) return engine
+      yield* Effect.sleep("5 millis")
+    }
+    return yield* Effect.dieMessage("the engine never settled")
+  })
+
 const isMonotone = (xs: ReadonlyArray<number>) => xs.every((x, i) => i === 0 || x >= xs[i - 1]!)
 
 layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device training", (it) => {
@@ -184,10 +199,14 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const start = (yield* device.Info()).version
       const { samples } = yield* fixedBatch
       yield* device.Pause({ mode: "interrupt" })
+      const atPause = (yield* device.Info()).engine
       const held = yield* Effect.fork(collect(device.Generate(new GenerateRequest({ requestId: "held", promptIds: PROMPT, params: params(4) }))))
       const result = yield* device.Train(new TrainRequest({ steps: [[samples]], settings: settings() }))
       expect(result.version).toBe(start + 1)
-      yield* Effect.sleep("200 millis")
+      // Still paused, as a state: the engine has seen the request and the new weights, and is
+      // parked with the request queued. A swap that resumed the device would show its tokens.
+      const engine = yield* engineSettled(device, atPause.generatedTokens)
+      expect(engine).toMatchObject({ waiting: 1, running: 0, steps: atPause.steps, generatedTokens: atPause.generatedTokens })
       expect(held.unsafePoll()).toBeNull()
       yield* device.Resume()
       const out = yield* Fiber.join(held)

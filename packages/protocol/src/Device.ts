@@ -10,6 +10,22 @@ import { Schema } from "effect"
 import { GenerateChunk, GenerateRequest } from "./Generation.js"
 import { PauseMode } from "./Gateway.js"
 
+/** The generation engine's queue right now: what a pause holds, and whether anything may run. */
+export class EngineLoad extends Schema.Class<EngineLoad>("EngineLoad")({
+  /** Sequences being decoded, requests not admitted yet, and sequences an interrupt holds. */
+  running: Schema.Int,
+  waiting: Schema.Int,
+  held: Schema.Int,
+  /** Decode steps and sampled tokens since the device started. */
+  steps: Schema.Int,
+  generatedTokens: Schema.Int,
+  /**
+   * The engine has seen every request, pause and weight change so far and has nothing it may
+   * run: no step happens until the next one (a paused device with requests held is parked).
+   */
+  parked: Schema.Boolean
+}) {}
+
 export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
   /** The id clients send as `model`. */
   modelId: Schema.String,
@@ -30,7 +46,8 @@ export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
    */
   generatingSeconds: Schema.Number,
   /** Cumulative seconds spent in `Train` (scoring π_old, forward/backward, optimizer steps). */
-  trainingSeconds: Schema.Number
+  trainingSeconds: Schema.Number,
+  engine: EngineLoad
 }) {}
 
 /** The device could not do what was asked (bad input, the model failed to load, the engine failed). */

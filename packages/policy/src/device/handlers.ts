@@ -8,7 +8,7 @@
  * boundary, sets the weights and resumes them (their next tokens carry the new version) — unless
  * the caller paused the device, which then stays paused until the caller resumes it.
  */
-import { DeviceError, DeviceInfo, type PauseMode, RestoreResult, SaveResult, ScoreResult, type TrainRequest, TrainResult } from "@reins/protocol"
+import { DeviceError, DeviceInfo, EngineLoad, type PauseMode, RestoreResult, SaveResult, ScoreResult, type TrainRequest, TrainResult } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
 import path from "node:path"
 import { initBackend } from "../backend.js"
@@ -114,7 +114,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
 
     return Device.of({
       Info: () =>
-        Effect.sync(() =>
+        Effect.map(engine.stats, ({ running, waiting, held, steps, generatedTokens, parked }) =>
           new DeviceInfo({
             modelId,
             modelDir: path.resolve(options.modelDir),
@@ -122,7 +122,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
             defaultMaxTokens: policy.generationConfig.maxNewTokens,
             version,
             backend,
-            ...clock.read()
+            ...clock.read(),
+            engine: new EngineLoad({ running, waiting, held, steps, generatedTokens, parked })
           })
         ),
       Generate: (request) =>

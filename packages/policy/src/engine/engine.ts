@@ -13,6 +13,10 @@
  *   resume               continues held sequences and admission
  *
  * Both pauses resolve when the device is free: no step runs until `resume`.
+ *
+ * `stats.parked` says the loop has looked at everything that changed since it last ran (requests,
+ * pauses, weights) and found nothing it may run: it waits, and no step happens until the next
+ * change. It is how a caller can tell "held" from "not picked up yet" without a timer.
  */
 import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
@@ -51,7 +55,12 @@ export interface GenerationEngine {
   readonly resume: Effect.Effect<void>
   /** New weights as version `version`: a model's current variables, or plain weights by name. */
   readonly setWeights: (version: number, weights: WeightSource) => Effect.Effect<void, EngineError>
-  readonly stats: Effect.Effect<SchedulerStats>
+  readonly stats: Effect.Effect<EngineStats>
+}
+
+export interface EngineStats extends SchedulerStats {
+  /** The loop has seen every change so far and has nothing to run: it waits for the next one. */
+  readonly parked: boolean
 }
 
 /** Lets the event loop run (I/O, timers, other fibers) before the next step. */
@@ -74,7 +83,13 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
     })
     const kick = yield* Queue.sliding<void>(1)
     let idleWaiters: Array<Deferred.Deferred<void>> = []
-    const wake = () => Queue.unsafeOffer(kick, undefined)
+    let parked = false
+    // Every change a step could depend on goes through here: the loop must look again before it
+    // counts as parked.
+    const wake = () => {
+      parked = false
+      Queue.unsafeOffer(kick, undefined)
+    }
     const notifyIdle = Effect.suspend(() => {
       if (!scheduler.idle || idleWaiters.length === 0) return Effect.void
       const waiters = idleWaiters
@@ -93,6 +108,7 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
       while (true) {
         yield* notifyIdle
         if (!scheduler.hasWork) {
+          parked = true
           yield* Queue.take(kick)
           continue
         }
@@ -168,7 +184,7 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
           },
           catch: (e) => new EngineError({ requestId: "", message: `setWeights: ${e instanceof Error ? e.message : String(e)}`, cause: e })
         }),
-      stats: Effect.sync(() => scheduler.stats())
+      stats: Effect.sync(() => ({ ...scheduler.stats(), parked }))
     } satisfies GenerationEngine
   })
 
