@@ -89,14 +89,14 @@ export const readCheckpointDir = (
     return { weights: loaded.weights, version: loaded.config.version, optimizer }
   })
 
-/** The model's weights as they go on the wire. */
-export const weightsMessage = (model: Transformer, version: number): DeviceWeights =>
-  new DeviceWeights({
+/** The model's weights as they go on the wire (with LoRA: merged, as a server decodes them). */
+export const weightsMessage = (model: Transformer, version: number): DeviceWeights => {
+  const weights = model.servingWeights()
+  return new DeviceWeights({
     version,
-    tensors: [...model.params].map(([name, v]) =>
-      new WeightTensor({ name, shape: [...v.shape], data: new Float32Array(v.dataSync() as Float32Array) })
-    )
+    tensors: [...model.params].map(([name, v]) => new WeightTensor({ name, shape: [...v.shape], data: weights[name]! }))
   })
+}
 
 /** Checks received weights against the model (exact names, shapes, finite values); returns them by name. */
 export const checkWeightsMessage = (model: Transformer, message: DeviceWeights): Weights => {

@@ -186,7 +186,7 @@ export class DeviceOptimizer {
   }
 
   private make(): AdamW {
-    return new AdamW(this.model.params, {
+    return new AdamW(this.model.trainable, {
       lr: () => this.lr,
       weightDecay: this.weightDecay,
       ...(this.maxGradNorm !== undefined ? { maxGradNorm: this.maxGradNorm } : {})

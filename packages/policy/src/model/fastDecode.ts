@@ -69,7 +69,10 @@ export class DecodeWeights {
 
   /** Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). */
   static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
-    return DecodeWeights.build(model.config, (name) => model.params.get(name), options.version ?? model.version, options.gemm)
+    const version = options.version ?? model.version
+    // With LoRA the server decodes with the merged weights (base + scale·A·B).
+    if (model.lora !== undefined) return DecodeWeights.fromWeights(model.config, model.servingWeights(), version, options)
+    return DecodeWeights.build(model.config, (name) => model.params.get(name), version, options.gemm)
   }
 
   /** From plain weights (e.g. received from a training device), checked against the config. */

@@ -22,6 +22,7 @@
 import * as tf from "@tensorflow/tfjs"
 import { Rng } from "../random.js"
 import { type ModelConfig, parameterShapes } from "./config.js"
+import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
 import { upload } from "./heap.js"
 import { attention, type AttentionLayout, embed, matmul, norm, type RopeTable, ropeTable, ropeTf } from "./ops.js"
 
@@ -68,8 +69,17 @@ export const segmentStarts = (rows: number, seqLen: number, segments: Int32Array
   return start
 }
 
+/** LoRA adapters on some of the model's matrices (see lora.ts). */
+interface Adapters {
+  readonly config: LoraConfig
+  readonly variables: ReadonlyMap<string, tf.Variable>
+  /** Our matrix name → its adapters' names. */
+  readonly sites: ReadonlyMap<string, { readonly a: string; readonly b: string }>
+}
+
 export class Transformer {
   readonly params: ReadonlyMap<string, tf.Variable>
+  private adapters: Adapters | undefined
   /** The policy version of the current weights. */
   version: number
   private readonly rope: RopeTable | undefined
@@ -108,9 +118,67 @@ export class Transformer {
     return p
   }
 
+  /** What training updates, by name: every parameter, or only the LoRA adapters when attached. */
+  get trainable(): ReadonlyMap<string, tf.Variable> {
+    return this.adapters?.variables ?? this.params
+  }
+
   /** Trainable variables, in a fixed order. */
   variables(): Array<tf.Variable> {
-    return [...this.params.values()]
+    return [...this.trainable.values()]
+  }
+
+  /** The attached LoRA configuration, if any. */
+  get lora(): LoraConfig | undefined {
+    return this.adapters?.config
+  }
+
+  /**
+   * Attaches LoRA adapters (A and B of every target, see lora.ts): from then on only they are
+   * trained, and the base weights stay as they are.
+   */
+  attachLora(config: LoraConfig, adapters: Weights): void {
+    if (this.adapters !== undefined) throw new WeightsError("LoRA adapters are already attached")
+    const sites = loraSites(this.config, config)
+    const shapes: Record<string, ReadonlyArray<number>> = {}
+    for (const s of sites) {
+      shapes[s.a] = [s.rows, config.rank]
+      shapes[s.b] = [config.rank, s.cols]
+    }
+    checkWeights(shapes, adapters)
+    const variables = new Map(
+      Object.entries(shapes).map(([name, shape]) => {
+        const t = upload(adapters[name]!, shape)
+        const v = tf.variable(t, true)
+        t.dispose()
+        return [name, v] as const
+      })
+    )
+    this.adapters = { config, variables, sites: new Map(sites.map((s) => [s.param, { a: s.a, b: s.b }])) }
+  }
+
+  /** A copy of the adapters' values (empty without LoRA). */
+  readAdapters(): Weights {
+    const out: Weights = {}
+    for (const [name, v] of this.adapters?.variables ?? []) out[name] = new Float32Array(v.dataSync() as Float32Array)
+    return out
+  }
+
+  /** Replaces the adapters' values (all or nothing). */
+  setAdapters(adapters: Weights): void {
+    if (this.adapters === undefined) throw new WeightsError("no LoRA adapters are attached")
+    checkWeights(Object.fromEntries([...this.adapters.variables].map(([n, v]) => [n, v.shape])), adapters)
+    for (const [name, v] of this.adapters.variables) {
+      const t = upload(adapters[name]!, v.shape)
+      v.assign(t)
+      t.dispose()
+    }
+  }
+
+  /** The weights a server decodes with: the base, with the adapters merged in when attached. */
+  servingWeights(): Weights {
+    const base = this.readWeights()
+    return this.adapters === undefined ? base : mergeAdapters(this.config, this.adapters.config, base, this.readAdapters())
   }
 
   // -------------------------------------------------------------------------------------------
@@ -133,7 +201,7 @@ export class Transformer {
     }
     return tf.tidy(() => {
       let x = this.embedTokens(batch.inputIds, batch.positions)
-      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, (q, k, v) => attention(q, k, v, layout))
+      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, (q, k, v) => attention(q, k, v, layout), layout.training)
       return this.head(x)
     })
   }
@@ -148,11 +216,17 @@ export class Transformer {
     return norm(x, this.param(`${name}.weight`) as tf.Tensor1D, bias, this.config.normEps)
   }
 
-  /** x·W (+ b when the parameter `bias` exists). */
-  private linear(x: tf.Tensor2D, weight: string, bias: string): tf.Tensor2D {
-    const y = matmul(x, this.param(weight) as tf.Tensor2D)
+  /** x·W (+ b when the parameter `bias` exists) (+ the LoRA update when W is adapted). */
+  private linear(x: tf.Tensor2D, weight: string, bias: string, training = false): tf.Tensor2D {
+    let y = matmul(x, this.param(weight) as tf.Tensor2D)
     const b = this.params.get(bias)
-    return b === undefined ? y : tf.add(y, b)
+    if (b !== undefined) y = tf.add(y, b)
+    const site = this.adapters?.sites.get(weight)
+    if (site === undefined) return y
+    const lora = this.adapters!
+    const input = training && lora.config.dropout > 0 ? tf.dropout(x, lora.config.dropout) : x
+    const update = matmul(matmul(input as tf.Tensor2D, lora.variables.get(site.a) as tf.Tensor2D), lora.variables.get(site.b) as tf.Tensor2D)
+    return tf.add(y, tf.mul(update, lora.config.scale))
   }
 
   /** RMSNorm over every head of x [N, heads·hd] (Qwen3's q_norm / k_norm). */
@@ -173,23 +247,23 @@ export class Transformer {
   }
 
   /** One pre-norm block; `attend` maps (q, k, v) of the new tokens to their attention output. */
-  private block(x: tf.Tensor2D, l: number, attend: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
-    const w = (name: string) => this.param(`layers.${l}.${name}`) as tf.Tensor2D
-    const p = `layers.${l}.attn`
-    const h = this.norm(x, `layers.${l}.attn_norm`)
-    let q = this.linear(h, `${p}.wq`, `${p}.bq`)
-    let k = this.linear(h, `${p}.wk`, `${p}.bk`)
+  private block(x: tf.Tensor2D, l: number, attend: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D, training = false): tf.Tensor2D {
+    const p = `layers.${l}`
+    const linear = (input: tf.Tensor2D, name: string, bias = "") => this.linear(input, `${p}.${name}`, `${p}.${bias}`, training)
+    const h = this.norm(x, `${p}.attn_norm`)
+    let q = linear(h, "attn.wq", "attn.bq")
+    let k = linear(h, "attn.wk", "attn.bk")
     if (this.config.qkNorm === true) {
-      q = this.headNorm(q, `${p}.q_norm.weight`)
-      k = this.headNorm(k, `${p}.k_norm.weight`)
+      q = this.headNorm(q, `${p}.attn.q_norm.weight`)
+      k = this.headNorm(k, `${p}.attn.k_norm.weight`)
     }
-    const a = attend(q, this.repeatKv(k), this.repeatKv(this.linear(h, `${p}.wv`, `${p}.bv`)))
-    x = tf.add(x, this.linear(a, `${p}.wo`, `${p}.bo`))
-    const m = this.norm(x, `layers.${l}.mlp_norm`)
-    const hidden: tf.Tensor2D =
-      this.config.mlp === "swiglu" ? tf.mul(silu(matmul(m, w("mlp.w1"))), matmul(m, w("mlp.w3"))) : gelu(matmul(m, w("mlp.w1")))
-    return tf.add(x, matmul(hidden, w("mlp.w2")))
+    const a = attend(q, this.repeatKv(k), this.repeatKv(linear(h, "attn.wv", "attn.bv")))
+    x = tf.add(x, linear(a, "attn.wo", "attn.bo"))
+    const m = this.norm(x, `${p}.mlp_norm`)
+    const hidden: tf.Tensor2D = this.config.mlp === "swiglu" ? tf.mul(silu(linear(m, "mlp.w1")), linear(m, "mlp.w3")) : gelu(linear(m, "mlp.w1"))
+    return tf.add(x, linear(hidden, "mlp.w2"))
   }
+
 
   private head(x: tf.Tensor2D): tf.Tensor2D {
     const h = this.norm(x, "norm")
@@ -274,6 +348,7 @@ export class Transformer {
 
   dispose(): void {
     for (const v of this.params.values()) v.dispose()
+    for (const v of this.adapters?.variables.values() ?? []) v.dispose()
   }
 }
 

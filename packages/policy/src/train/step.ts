@@ -48,7 +48,7 @@ export const microBatchGradients = (model: Transformer, batch: MicroBatch, objec
   const loss = value.dataSync()[0]!
   value.dispose()
   const byName = new Map<string, tf.Tensor>()
-  for (const [name, param] of model.params) {
+  for (const [name, param] of model.trainable) {
     const g = grads[param.name]
     if (g === undefined) throw new Error(`no gradient for ${name}`)
     byName.set(name, g)
