@@ -31,7 +31,7 @@ const tmp = mkdtempSync(join(tmpdir(), "reins-ckpt-"))
 afterAll(() => rmSync(tmp, { recursive: true, force: true }))
 beforeAll(() => backend())
 
-const sameBits = (a: Float32Array | Int32Array, b: Float32Array | Int32Array) =>
+const sameBits = (a: Float32Array | Int32Array | Uint16Array, b: Float32Array | Int32Array | Uint16Array) =>
   Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength))
 
 const failure = <A>(effect: Effect.Effect<A, CheckpointError>): Promise<CheckpointError> =>
