@@ -1,8 +1,9 @@
 /**
  * Attempt keys and the admin token: a key reaches only its own attempt, finished attempts get
- * 409, the admin API refuses attempt keys. Rewards: per call and final, last final wins.
+ * 409, every admin route (walked from the Gateway's route table) refuses attempt keys and changes
+ * nothing. Rewards: per call and final, last final wins.
  */
-import { Gateway } from "@reins/gateway"
+import { Gateway, httpRoutes } from "@reins/gateway"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type FakeUpstream, startFakeUpstream } from "./fakeUpstream.js"
@@ -34,6 +35,42 @@ const expectOpenAIError = (json: any, code: string | null) => {
   expect(Object.keys(json.error).sort()).toEqual(["code", "message", "param", "type"])
   expect(typeof json.error.message).toBe("string")
   if (code !== undefined) expect(json.error.code).toBe(code)
+}
+
+/** The routes outside /api: the agent-facing API and the probes. Everything else needs the admin token. */
+const AGENT_ROUTES = [
+  "POST /v1/chat/completions",
+  "POST /v1/completions",
+  "GET /v1/models",
+  "GET /v1/models/*",
+  "POST /v1/reward",
+  "GET /healthz",
+  "GET /metrics"
+]
+
+/** A body each admin POST route would accept from the admin: only the key may stop it. */
+const VALID_BODIES: Record<string, unknown> = {
+  "api.rollouts.create": { task: { q: "made by an attempt" } },
+  "api.rollouts.retry": {},
+  "api.attempts.state": { state: "succeeded", reason: "finished itself" },
+  "api.attempts.reward": { reward: 1, info: { by: "itself" } },
+  "api.gateway.pause": { mode: "drain" },
+  "api.gateway.resume": {}
+}
+
+/** Any route; a reply that is not a refusal (an event stream, say) is not read to its end. */
+const call = async (method: string, path: string, headers: Record<string, string>, body?: unknown) => {
+  const res = await fetch(gw.url + path, {
+    method,
+    headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(10_000)
+  })
+  if (res.status !== 401) {
+    await res.body?.cancel()
+    return { status: res.status, json: null }
+  }
+  return { status: res.status, json: (await res.json()) as any }
 }
 
 describe("attempt keys", () => {
@@ -89,17 +126,67 @@ describe("attempt keys", () => {
     const steal = await post("/v1/reward", { reward: 1, call_id: bCall }, { authorization: `Bearer ${a.key}` })
     expect(steal.status).toBe(404)
     expectOpenAIError(steal.json, "call_not_found")
-    // ...nor read anything through the admin API.
-    for (const path of [`/api/rollouts/${b.rolloutId}`, "/api/rollouts", "/api/gateway/state", "/api/events"]) {
-      const r = await get(path, { authorization: `Bearer ${a.key}` })
-      expect(r.status).toBe(401)
-      expectOpenAIError(r.json, "invalid_admin_token")
-    }
-    const pause = await post("/api/gateway/pause", {}, { authorization: `Bearer ${a.key}` })
-    expect(pause.status).toBe(401)
+    // (nor reach it through the admin API: see "every admin route" below)
     expect((await gw.admin(`/api/rollouts/${b.rolloutId}`)).json.rewards).toEqual([])
     expect((await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.rewards).toEqual([])
     expect((await get("/api/gateway/state", { authorization: `Bearer ${ADMIN}` })).status).toBe(200)
+  })
+
+  it("refuses an attempt key on every admin route of the route table, whatever the header, and changes nothing", async () => {
+    // Every route outside /api is one an agent (or anyone) may call, named here: a new route must
+    // be classified, and one under /api is tried below without anyone listing it.
+    const outside = httpRoutes.filter((r) => !r.path.startsWith("/api/")).map((r) => `${r.method} ${r.path}`)
+    expect(outside.sort()).toEqual([...AGENT_ROUTES].sort())
+    const adminRoutes = httpRoutes.filter((r) => r.path.startsWith("/api/"))
+    expect(adminRoutes.length).toBeGreaterThanOrEqual(10)
+
+    const self = await gw.attempt({ who: "self" })
+    const other = await gw.attempt({ who: "other" })
+    expect((await post("/v1/chat/completions", chat, { authorization: `Bearer ${other.key}` })).status).toBe(200)
+    const snapshot = async () => {
+      const { paused_seconds: _grows, ...gate } = (await gw.admin("/api/gateway/state")).json
+      return {
+        self: (await gw.admin(`/api/rollouts/${self.rolloutId}`)).json,
+        other: (await gw.admin(`/api/rollouts/${other.rolloutId}`)).json,
+        list: (await gw.admin("/api/rollouts?limit=500")).json,
+        gate
+      }
+    }
+    // The attempt's own ids (an attempt finishing or rewarding itself) and another's.
+    const ids = { rollout: [self.rolloutId, other.rolloutId], attempt: [self.attemptId, other.attemptId] }
+    const paths = (path: string): Array<string> =>
+      !path.includes(":id") ? [path] : (path.startsWith("/api/attempts/") ? ids.attempt : ids.rollout).map((id) => path.replace(":id", id))
+    const headerForms: Array<Record<string, string>> = [{ authorization: `Bearer ${self.key}` }, { "x-api-key": self.key }, { "x-admin-token": self.key }]
+
+    const tryAll = async () => {
+      const before = await snapshot()
+      let tried = 0
+      for (const route of adminRoutes) {
+        const body = route.method === "POST" ? VALID_BODIES[route.name] : undefined
+        expect(route.method === "GET" || body !== undefined, `a valid body for ${route.name}`).toBe(true)
+        for (const path of paths(route.path)) {
+          for (const headers of headerForms) {
+            const r = await call(route.method, path, headers, body)
+            expect(r.status, `${route.method} ${path} with ${Object.keys(headers)[0]}`).toBe(401)
+            expectOpenAIError(r.json, "invalid_admin_token")
+            tried++
+          }
+        }
+      }
+      expect(await snapshot()).toEqual(before)
+      return tried
+    }
+    const whileRunning = await tryAll()
+    // Again while paused, so an attempt's resume would show too.
+    expect((await gw.admin("/api/gateway/pause", { body: { mode: "drain" } })).json.paused).toBe(true)
+    try {
+      expect(await tryAll()).toBe(whileRunning)
+    } finally {
+      await gw.admin("/api/gateway/resume", { body: {} })
+    }
+    expect(whileRunning).toBe(adminRoutes.reduce((n, r) => n + paths(r.path).length * headerForms.length, 0))
+    // The token itself still works on them.
+    expect((await gw.admin(`/api/rollouts/${self.rolloutId}`)).json.attempts.map((x: any) => x.state)).toEqual(["running"])
   })
 
   it("keeps every reward; the last final reward is the rollout's", async () => {

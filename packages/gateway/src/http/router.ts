@@ -11,8 +11,11 @@ import * as OpenAI from "./routes/openai.js"
 
 type Handler = Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError, HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext>
 
-/** Errors become OpenAI error responses; defects become 500s (logged); interruptions stay interruptions. */
-const handled = (env: AppEnv, route: string, handler: Handler) =>
+/**
+ * Errors become OpenAI error responses; defects become 500s (logged); interruptions stay
+ * interruptions. `measured` routes count in the request metrics.
+ */
+const handled = (env: AppEnv, route: string, handler: Handler, measured: boolean) =>
   Effect.suspend(() => {
     const start = performance.now()
     return handler.pipe(
@@ -23,6 +26,7 @@ const handled = (env: AppEnv, route: string, handler: Handler) =>
         return Effect.logError(`${route}: unexpected failure`, cause).pipe(Effect.as(toResponse(internal("Unexpected server error; it was logged."))))
       }),
       Effect.map((response) => {
+        if (!measured) return response
         env.metrics.requests.inc({ route, status: String(response.status) })
         env.metrics.latency.observe({ route }, (performance.now() - start) / 1000)
         return response
@@ -37,28 +41,42 @@ const metrics = (env: AppEnv) =>
     Effect.map((text) => HttpServerResponse.text(text, { contentType: env.metrics.registry.contentType }))
   )
 
-export const makeRouter = (env: AppEnv) => {
-  const r = (route: string, handler: Handler) => handled(env, route, handler)
-  return HttpRouter.empty.pipe(
-    HttpRouter.post("/v1/chat/completions", r("chat.completions", OpenAI.chatCompletions(env))),
-    HttpRouter.post("/v1/completions", r("completions", OpenAI.completions(env))),
-    HttpRouter.get("/v1/models", r("models", OpenAI.models(env))),
-    HttpRouter.get("/v1/models/*", r("model", OpenAI.model(env))),
-    HttpRouter.post("/v1/reward", r("reward", OpenAI.reward(env))),
-    HttpRouter.post("/api/rollouts", r("api.rollouts.create", Admin.createRollout(env))),
-    HttpRouter.get("/api/rollouts", r("api.rollouts.list", Admin.listRollouts(env))),
-    HttpRouter.get("/api/rollouts/:id", r("api.rollouts.get", Admin.getRollout(env))),
-    HttpRouter.post("/api/rollouts/:id/attempts", r("api.rollouts.retry", Admin.retryRollout(env))),
-    HttpRouter.post("/api/attempts/:id/state", r("api.attempts.state", Admin.setAttemptState(env))),
-    HttpRouter.post("/api/attempts/:id/reward", r("api.attempts.reward", Admin.attemptReward(env))),
-    HttpRouter.post("/api/gateway/pause", r("api.gateway.pause", Admin.pause(env))),
-    HttpRouter.post("/api/gateway/resume", r("api.gateway.resume", Admin.resume(env))),
-    HttpRouter.get("/api/gateway/state", r("api.gateway.state", Admin.state(env))),
-    HttpRouter.get("/api/events", r("api.events", Admin.events(env))),
-    HttpRouter.get("/healthz", healthz),
-    HttpRouter.get("/metrics", metrics(env))
+/**
+ * Every route, as data: the router is built from this table, and tests walk it (so a route added
+ * here is one the admin-token test tries, without anyone remembering to). `/api/...` routes need
+ * the admin token; all but `measured: false` count in the request metrics.
+ */
+export const routes = [
+  { method: "POST", path: "/v1/chat/completions", name: "chat.completions", handler: OpenAI.chatCompletions },
+  { method: "POST", path: "/v1/completions", name: "completions", handler: OpenAI.completions },
+  { method: "GET", path: "/v1/models", name: "models", handler: OpenAI.models },
+  { method: "GET", path: "/v1/models/*", name: "model", handler: OpenAI.model },
+  { method: "POST", path: "/v1/reward", name: "reward", handler: OpenAI.reward },
+  { method: "POST", path: "/api/rollouts", name: "api.rollouts.create", handler: Admin.createRollout },
+  { method: "GET", path: "/api/rollouts", name: "api.rollouts.list", handler: Admin.listRollouts },
+  { method: "GET", path: "/api/rollouts/:id", name: "api.rollouts.get", handler: Admin.getRollout },
+  { method: "POST", path: "/api/rollouts/:id/attempts", name: "api.rollouts.retry", handler: Admin.retryRollout },
+  { method: "POST", path: "/api/attempts/:id/state", name: "api.attempts.state", handler: Admin.setAttemptState },
+  { method: "POST", path: "/api/attempts/:id/reward", name: "api.attempts.reward", handler: Admin.attemptReward },
+  { method: "POST", path: "/api/gateway/pause", name: "api.gateway.pause", handler: Admin.pause },
+  { method: "POST", path: "/api/gateway/resume", name: "api.gateway.resume", handler: Admin.resume },
+  { method: "GET", path: "/api/gateway/state", name: "api.gateway.state", handler: Admin.state },
+  { method: "GET", path: "/api/events", name: "api.events", handler: Admin.events },
+  { method: "GET", path: "/healthz", name: "healthz", handler: () => healthz, measured: false },
+  { method: "GET", path: "/metrics", name: "metrics", handler: metrics, measured: false }
+] as const satisfies ReadonlyArray<{
+  readonly method: "GET" | "POST"
+  readonly path: `/${string}`
+  readonly name: string
+  readonly handler: (env: AppEnv) => Handler
+  readonly measured?: false
+}>
+
+export const makeRouter = (env: AppEnv) =>
+  routes.reduce<HttpRouter.HttpRouter>(
+    (router, route) => HttpRouter.route(route.method)(router, route.path, handled(env, route.name, route.handler(env), !("measured" in route))),
+    HttpRouter.empty
   )
-}
 
 /** The router as an app: unknown routes answer 404 in OpenAI's shape. */
 export const makeApp = (env: AppEnv): HttpApp.Default =>
