@@ -1,10 +1,12 @@
 /**
  * The pause gate: 16 concurrent harness calls across pause → weight update → resume see no
- * error and no 429; every token sampled after the resume carries the new version; streams stay
+ * error and no 429; every token sampled after the resume carries the new version and was
+ * sampled by the new weights (its recorded logprob is theirs, not the old ones'); streams stay
  * open through the pause; calls held too long get 503 + Retry-After. Also reachable as actor
  * messages (GatewayRpcs).
  */
 import { Gateway } from "@reins/gateway"
+import type { EngineStats } from "@reins/policy"
 import { ActorSystem } from "@reins/runtime"
 import { Effect, Layer } from "effect"
 import OpenAI from "openai"
@@ -29,6 +31,46 @@ afterAll(async () => {
 })
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** The engine's logprobs (KV cache, batched) against a full forward pass of the same weights (measured: ~1e-6). */
+const SAME_WEIGHTS_TOLERANCE = 1e-4
+
+/**
+ * Each token's recorded logprob (temperature 1) is the one the weights of the version that
+ * sampled it give it, and, over all tokens, clearly not what the other version's weights give
+ * (two initialisations differ by ~0.18 nats a token here): the update changed what the policy
+ * computes, not only its label.
+ */
+const expectSampledBy = (calls: ReadonlyArray<any>, old: number, next: number) => {
+  const other = (v: number) => (v === old ? next : old)
+  const tokens = { [old]: 0, [next]: 0 }
+  let worstSame = 0
+  const otherDiffs: Array<number> = []
+  for (const c of calls) {
+    const sequence = Int32Array.from([...c.prompt_token_ids, ...c.output_token_ids])
+    const scored = { [old]: policy.score(old, [sequence])[0]!, [next]: policy.score(next, [sequence])[0]! }
+    c.output_logprobs.forEach((lp: number, i: number) => {
+      const v: number = c.versions[i]
+      const at = c.prompt_token_ids.length + i
+      tokens[v]! += 1
+      worstSame = Math.max(worstSame, Math.abs(lp - scored[v]![at]!))
+      otherDiffs.push(Math.abs(lp - scored[other(v)]![at]!))
+    })
+  }
+  expect(tokens[old], `tokens sampled by version ${old}`).toBeGreaterThan(0)
+  expect(tokens[next], `tokens sampled by version ${next}`).toBeGreaterThan(0)
+  expect(worstSame, "largest |recorded − scored| under the sampling version's weights").toBeLessThan(SAME_WEIGHTS_TOLERANCE)
+  expect(otherDiffs.reduce((a, b) => a + b, 0) / otherDiffs.length, "mean |recorded − scored| under the other version's weights").toBeGreaterThan(0.05)
+}
+
+/** Polls the engine's stats until `ok` (bounded). */
+const engineUntil = async (ok: (stats: EngineStats) => boolean, what: string) => {
+  for (let i = 0; i < 2_000; i++) {
+    if (ok(await Effect.runPromise(policy.engine.stats))) return
+    await sleep(2)
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
 
 interface Outcome {
   readonly ok: boolean
@@ -90,8 +132,8 @@ describe("pause gate", () => {
       // Drained: nothing generating. Interrupted: the first calls are stalled mid-generation.
       if (mode === "drain") expect(held.in_flight).toBe(0)
       else expect(held.in_flight).toBeGreaterThan(0)
-      // The weight update.
-      expect(await policy.bumpVersion()).toBe(before + 1)
+      // The weight update: other weights, not only another version number.
+      expect(await policy.updateWeights()).toBe(before + 1)
       const resumed = await gw.admin("/api/gateway/resume", { body: {} })
       expect(resumed.json).toMatchObject({ paused: false, version: before + 1 })
       expect(resumed.status).toBe(200)
@@ -117,6 +159,7 @@ describe("pause gate", () => {
         // Interrupted generations were continued with the new weights.
         expect(calls.some((c) => c.versions[0] === before && c.versions[c.versions.length - 1] === before + 1)).toBe(true)
       }
+      expectSampledBy(calls, before, before + 1)
       const state = (await gw.admin(`/api/gateway/state`)).json
       expect(state).toMatchObject({ paused: false, held: 0, in_flight: 0 })
     }
@@ -125,6 +168,7 @@ describe("pause gate", () => {
   it("records a call whose harness goes away mid-generation as cancelled, once, and frees its slot", async () => {
     const a = await gw.attempt()
     for (const stream of [true, false]) {
+      const sampled = (await Effect.runPromise(policy.engine.stats)).generatedTokens
       const controller = new AbortController()
       const res = fetch(`${gw.url}/v1/chat/completions`, {
         method: "POST",
@@ -136,7 +180,8 @@ describe("pause gate", () => {
         const reader = (await res).body!.getReader()
         await reader.read() // the first chunk arrived: generation is under way
       } else {
-        await sleep(150)
+        // Under way: the engine is sampling this call (900 tokens to go), no reply yet.
+        await engineUntil((s) => s.running === 1 && s.generatedTokens > sampled, "the call to start generating")
       }
       controller.abort()
       await (stream ? Promise.resolve() : res.catch(() => undefined))

@@ -11,14 +11,17 @@ import {
   ChatTemplate,
   type GenerationEngine,
   initBackend,
+  initWeights,
   makeConfig,
   makeEngine,
   packSequences,
   parseToolCalls,
   type Tokenizer,
   trainBpe,
+  scoreSequences,
   trainStep,
-  Transformer
+  Transformer,
+  type Weights
 } from "@reins/policy"
 import { type ChatMessage, type ChatTool, GenerateRequest, SamplingParams } from "@reins/protocol"
 import { Chunk, Effect, Exit, Layer, Scope, Stream } from "effect"
@@ -47,8 +50,13 @@ export interface TinyPolicy {
   readonly backend: Layer.Layer<Gateway.GatewayBackend>
   /** The same engine behind another chat template. */
   readonly backendWith: (template: ChatTemplate) => Layer.Layer<Gateway.GatewayBackend>
-  /** The weight update of the tests: the same weights as a new policy version. */
-  readonly bumpVersion: () => Promise<number>
+  /**
+   * A real weight update: fresh weights (another seed's initialisation) served as the next
+   * version, in the model and the engine. Returns the version.
+   */
+  readonly updateWeights: () => Promise<number>
+  /** Per-token logprobs (temperature 1, aligned with the tokens) of `sequences` under the weights `version` served. */
+  readonly score: (version: number, sequences: ReadonlyArray<Int32Array>) => Array<Float32Array>
   readonly close: () => Promise<void>
 }
 
@@ -163,6 +171,8 @@ export const tinyPolicy = async (
     })
   }
   let version = model.version
+  /** What each version served, to score what was sampled under it. */
+  const served = new Map<number, Weights>([[version, model.readWeights()]])
   const generator = EngineGenerator.fromEngine(engine, { id: MODEL_ID, contextLength: config.contextLength, defaultMaxTokens: 64 })
   const format: PromptFormat = { tokenizer, template }
   return {
@@ -173,10 +183,26 @@ export const tinyPolicy = async (
     model,
     backend: Gateway.engineBackend(format).pipe(Layer.provide(Layer.succeed(Generator, generator))),
     backendWith: (other) => Gateway.engineBackend({ tokenizer, template: other }).pipe(Layer.provide(Layer.succeed(Generator, generator))),
-    bumpVersion: async () => {
+    updateWeights: async () => {
       version += 1
+      const weights = initWeights(config, 1_000 + version)
+      model.setWeights(weights, version)
       await Effect.runPromise(engine.setWeights(version, model))
+      served.set(version, weights)
       return version
+    },
+    score: (v, sequences) => {
+      const weights = served.get(v)
+      if (weights === undefined) throw new Error(`no weights were served as version ${v}`)
+      const scorer = Transformer.fromWeights(config, weights)
+      try {
+        return scoreSequences(scorer, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
+          maxTokens: 4096,
+          maxSeqLen: config.contextLength
+        })
+      } finally {
+        scorer.dispose()
+      }
     },
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))
   }
