@@ -6,19 +6,17 @@
  *   or stop them at a token boundary (interrupt), train on the same devices, reopen;
  * - split: some devices only generate, the others only train; after each update the generation
  *   devices stop for a weight sync.
- * The staleness bound works as in the real Trainer (packages/trainer/src/schedule/StalenessGate.ts),
- * by admission AND a gate, never by discarding:
- * - admission: a new group starts only while the groups admitted so far are fewer than
- *   consumed + (max_staleness + 1) × batch_groups (consumed = groups already trained);
- * - the gate: a group admitted at version s must be in update s + max_staleness at the latest; an
- *   update waits while such a group is still running (generation goes on meanwhile), and a batch
- *   takes the oldest finished groups first (every due one, at least batch_groups).
- * So no trained token is ever staler than max_staleness.
+ * The staleness bound works as in the real Trainer, by admission AND a gate, never by discarding
+ * (see gate.ts; `simulate` takes the real `StalenessGate` in its place too): a group starts only
+ * within the admission budget, and an update waits while a group that would otherwise exceed the
+ * bound is still running (generation goes on meanwhile). So no trained token is ever staler than
+ * max_staleness.
  *
  * Throughput is measured between the end of update `warmup_updates` and the end of update
  * `warmup_updates + updates`, so the start-up (empty pipeline) doesn't count.
  */
 import { Cluster, type Group, type Rollout } from "./cluster.js"
+import { type GateFactory, type GateGroup, simGate } from "./gate.js"
 import { EventQueue } from "./heap.js"
 import { updateTime, type WorkloadProfile } from "./profile.js"
 import { WorkloadSampler } from "./workload.js"
@@ -108,9 +106,14 @@ const checkConfig = (c: SimConfig): void => {
   if (!(c.split_train_fraction > 0 && c.split_train_fraction < 1)) throw new ConfigError(`split_train_fraction must be in (0, 1), got ${c.split_train_fraction}`)
 }
 
-/** Simulates one configuration. Pure: the same profile and config give the same result. */
-export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
+/**
+ * Simulates one configuration. Pure: the same profile and config give the same result. `makeGate`
+ * makes the staleness gate (by default the simulator's own; the Trainer's fits).
+ */
+export const simulate = (profile: WorkloadProfile, c: SimConfig, makeGate: GateFactory = simGate): SimResult => {
   checkConfig(c)
+  // As the Trainer's run loop: sync is the bound 0 (a version's groups, then wait for all).
+  const gate = makeGate(c.batch_groups, c.schedule === "sync" ? 0 : c.max_staleness)
   const q = new EventQueue()
   const sampler = new WorkloadSampler(profile, c.tail, c.seed)
   const dev = profile.device
@@ -125,7 +128,11 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   const running = new Set<Group>() // groups started and not yet finished
   let nextRollout = 0
   let nextGroup = 0
-  const ready: Array<Group> = [] // finished groups waiting for an update, in finish order
+  let ready: Array<Group> = [] // finished groups waiting for an update, in finish order
+  // What the gate sees of every group started and not yet trained (made once per state change:
+  // the gate is asked at every group's end, with thousands of groups running).
+  const gateViews = new Map<Group, GateGroup>()
+  const view = (g: Group, finished: boolean): GateGroup => ({ groupId: String(g.id), startVersion: g.startVersion, seq: g.id, finished })
   const admissions: Array<{ t: number; version: number; started: number; admitted: number; consumed: number }> = []
   const updates: Array<UpdateTrace> = []
   const staleness = new Map<number, number>()
@@ -138,6 +145,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
     if (++r.group.finished < c.n) return
     running.delete(r.group)
     ready.push(r.group)
+    gateViews.set(r.group, view(r.group, true))
     schedule.groupFinished()
   }
   const cluster = new Cluster(q, genDevices, dev.decode, onFinished)
@@ -147,6 +155,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
     started += c.n
     admittedGroups++
     running.add(group)
+    gateViews.set(group, view(group, false))
     if (c.trace === true) admissions.push({ t: q.now, version, started, admitted: admittedGroups, consumed: consumedGroups })
     for (const spec of sampler.group(c.n)) {
       const r: Rollout = { id: nextRollout++, spec, group, startVersion: version, device: cluster.pick(), startedAt: q.now, turn: 0, heldSince: 0, finishedAt: NaN }
@@ -157,20 +166,26 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
 
   /** Async admission: keep async_groups running within the staleness budget. */
   const admit = () => {
-    while (running.size < c.async_groups && admittedGroups < consumedGroups + (c.max_staleness + 1) * c.batch_groups) startGroup()
+    while (running.size < c.async_groups && gate.admit(String(nextGroup), version)) startGroup()
   }
 
-  const isDue = (g: Group) => g.startVersion + c.max_staleness <= version
+  const views = () => [...gateViews.values()]
   /** The gate: an update may start when no due group is still running and a batch is ready. */
-  const batchReady = () => ready.length >= c.batch_groups && ![...running].some(isDue)
+  const batchReady = () => ready.length >= c.batch_groups && gate.select(views(), version) !== null
 
-  /** Takes one batch off the ready queue, oldest first; returns its trained tokens and records staleness. */
-  const takeBatch = (): { tokens: number; rollouts: number; groups: number } => {
+  type Taken = { tokens: number; rollouts: number; groups: number; ids: ReadonlyArray<string> }
+  /** Takes the gate's batch off the ready queue; returns its trained tokens and records staleness. */
+  const takeBatch = (): Taken => {
     let tokens = 0, rollouts = 0
-    ready.sort((a, b) => a.startVersion - b.startVersion || a.id - b.id)
-    const due = ready.filter(isDue).length
-    const taken = ready.splice(0, Math.max(c.batch_groups, due))
+    const ids = gate.select(views(), version)
+    // Asked once batchReady said yes; since then groups can only have finished or been admitted
+    // within the budget at the same version, which never turns a yes into a wait.
+    if (ids === null) throw new Error(`the gate refused at version ${version} the batch it had offered`)
+    const chosen = new Set(ids)
+    const taken = ready.filter((g) => chosen.has(String(g.id)))
+    ready = ready.filter((g) => !chosen.has(String(g.id)))
     for (const g of taken) {
+      gateViews.delete(g)
       for (const r of g.rollouts) {
         tokens += r.spec.train_tokens
         rollouts++
@@ -178,7 +193,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
         if (updates.length >= c.warmup_updates) staleness.set(s, (staleness.get(s) ?? 0) + 1)
       }
     }
-    return { tokens, rollouts, groups: taken.length }
+    return { tokens, rollouts, groups: taken.length, ids }
   }
 
   const snapshot = () => {
@@ -191,11 +206,12 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   }
 
   /** An update took effect: bump the version, and open or close the measuring window. */
-  const updated = (start: number, batchInfo: { tokens: number; rollouts: number; groups: number }) => {
+  const updated = (start: number, batchInfo: Taken) => {
     updates.push({ version, start, end: q.now, tokens: batchInfo.tokens, rollouts: batchInfo.rollouts })
     // As in the real loop, a trained batch frees admission budget only when its update is done
     // (admissions during the update still see the old version).
     consumedGroups += batchInfo.groups
+    gate.consume(batchInfo.ids)
     version++
     if (updates.length === c.warmup_updates) windowStart = snapshot()
     if (updates.length === c.warmup_updates + c.updates) {
@@ -237,7 +253,7 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
   }
 
   /** Trains one batch on `devices` training devices for the modelled time plus `extra` seconds. */
-  const train = (devices: number, extra: number, then: (start: number, b: { tokens: number; rollouts: number; groups: number }) => void) => {
+  const train = (devices: number, extra: number, then: (start: number, b: Taken) => void) => {
     const start = q.now
     const b = takeBatch()
     const t = updateTime(dev, b.tokens, devices)
@@ -256,7 +272,10 @@ export const simulate = (profile: WorkloadProfile, c: SimConfig): SimResult => {
     switch (c.schedule) {
       case "sync": {
         const iteration = () => {
-          for (let i = 0; i < c.batch_groups; i++) startGroup()
+          for (let i = 0; i < c.batch_groups; i++) {
+            if (!gate.admit(String(nextGroup), version)) throw new Error(`the gate refused a group of version ${version} in sync`)
+            startGroup()
+          }
         }
         return {
           begin: iteration,

@@ -1,8 +1,11 @@
 /**
  * The schedule simulation (bench/sim/): hand-checkable cases with constant durations, the long
- * tail's effect, the admission bound in the trace, split's device partition, determinism.
+ * tail's effect, the admission bound in the trace, split's device partition, determinism. The
+ * staleness cases run with the simulator's gate and with the Trainer's own `StalenessGate`.
  */
+import { StalenessGate } from "@reins/trainer"
 import { describe, expect, it } from "vitest"
+import { type GateFactory, simGate } from "../../bench/sim/gate.js"
 import { defaultProfile, parseProfile, ProfileError, updateTime, type WorkloadProfile } from "../../bench/sim/profile.js"
 import { type SimConfig, simulate } from "../../bench/sim/schedules.js"
 import { runSweep, defaultSweep } from "../../bench/sim/sweep.js"
@@ -104,12 +107,18 @@ describe("long tail", () => {
   })
 })
 
+/** The simulator's copy of the staleness rules, and the rules the Trainer runs with. */
+const gates: ReadonlyArray<readonly [string, GateFactory]> = [
+  ["the simulator's gate", simGate],
+  ["the Trainer's StalenessGate", (batchGroups, maxStaleness) => new StalenessGate(batchGroups, maxStaleness)]
+]
+
 describe("async admission and split", () => {
-  it("no group is admitted beyond consumed + (max_staleness + 1) × batch_groups", () => {
+  it.each(gates)("no group is admitted beyond consumed + (max_staleness + 1) × batch_groups (%s)", (_, gate) => {
     for (const schedule of ["collocated-drain", "collocated-interrupt", "split"] as const) {
       for (const max_staleness of [0, 2]) {
         const c = config({ schedule, devices: 4, n: 4, batch_groups: 4, async_groups: 12, max_staleness, tail: 4, trace: true })
-        const r = simulate(defaultProfile, c)
+        const r = simulate(defaultProfile, c, gate)
         const admissions = r.trace!.admissions
         expect(admissions.length).toBeGreaterThan(c.async_groups)
         for (const a of admissions) expect(a.admitted).toBeLessThanOrEqual(a.consumed + (max_staleness + 1) * c.batch_groups)
@@ -119,18 +128,30 @@ describe("async admission and split", () => {
     }
   })
 
-  it("the gate keeps trained staleness within max_staleness, however long the tail", () => {
+  it.each(gates)("the gate keeps trained staleness within max_staleness, however long the tail (%s)", (_, gate) => {
     // Long tail, many groups running: without the gate a slow group would be trained 4-8
     // versions after it started (what admission alone allowed).
     for (const schedule of ["collocated-drain", "collocated-interrupt", "split"] as const) {
       for (const max_staleness of [0, 1, 2]) {
         for (const seed of [1, 2, 3]) {
           const c = config({ schedule, devices: 2, n: 4, batch_groups: 2, async_groups: 8, max_staleness, updates: 20, warmup_updates: 0, tail: 8, seed, trace: true })
-          const r = simulate(defaultProfile, c)
+          const r = simulate(defaultProfile, c, gate)
           expect(r.max_staleness_seen).toBeLessThanOrEqual(max_staleness)
           expect(Object.keys(r.staleness).map(Number).every((s) => s <= max_staleness)).toBe(true)
           // Every update trained at least a whole batch (oldest first, due groups on top).
           for (const u of r.trace!.updates) expect(u.rollouts).toBeGreaterThanOrEqual(c.batch_groups * c.n)
+        }
+      }
+    }
+  })
+
+  it("the simulator's gate decides as the Trainer's: the same seeded runs give the same results", () => {
+    const trainer = gates[1]![1]
+    for (const schedule of ["sync", "collocated-drain", "collocated-interrupt", "split"] as const) {
+      for (const max_staleness of [0, 1, 2]) {
+        for (const seed of [1, 2, 3]) {
+          const c = config({ schedule, devices: 2, n: 4, batch_groups: 2, async_groups: 8, max_staleness, updates: 20, warmup_updates: 0, tail: 8, seed, trace: true })
+          expect(simulate(defaultProfile, c, simGate)).toEqual(simulate(defaultProfile, c, trainer))
         }
       }
     }

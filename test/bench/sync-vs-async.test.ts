@@ -3,8 +3,8 @@
  * held calls and the latency a pause added, staleness, harness errors), the ratios and goals,
  * the device timeline SVG, the workload profile extracted for bench/sim, and the options.
  */
-import { spawnSync } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { spawn, spawnSync } from "node:child_process"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
@@ -290,8 +290,43 @@ const script = (name: string) => fileURLToPath(new URL(`../../bench/syncVsAsync/
 const node = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   spawnSync(process.execPath, args, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 30_000 })
 
+/**
+ * Starts `node args`, waits until its stdout shows `marker` and its main thread sleeps in a futex
+ * (the blocking `Atomics.wait` of tail.mjs: an idle event loop sleeps in epoll instead), then
+ * sends SIGTERM. Resolves with how the process ended; one still alive `guardMs` after the start
+ * gets SIGKILL, so a SIGTERM that did not end it shows as SIGKILL.
+ */
+const termDuringWait = (args: ReadonlyArray<string>, env: Record<string, string>, marker: string, guardMs: number) =>
+  new Promise<{ readonly signal: NodeJS.Signals | null; readonly code: number | null; readonly sleptInFutex: boolean }>((resolve, reject) => {
+    const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] })
+    const guard = setTimeout(() => child.kill("SIGKILL"), guardMs)
+    let out = ""
+    let sleptInFutex = false
+    const wchan = `/proc/${child.pid}/wchan`
+    const inFutex = () => existsSync(wchan) && /futex/.test(readFileSync(wchan, "utf8"))
+    child.stdout!.on("data", (d: Buffer) => {
+      const seen = out.includes(marker)
+      out += d.toString()
+      if (seen || !out.includes(marker)) return
+      const poll = (left: number) => {
+        if (child.exitCode !== null || child.signalCode !== null) return
+        if (inFutex()) {
+          sleptInFutex = true
+          child.kill("SIGTERM")
+        } else if (left > 0) setTimeout(() => poll(left - 1), 10)
+        else child.kill("SIGTERM")
+      }
+      poll(1_000)
+    })
+    child.on("error", reject)
+    child.on("exit", (code, signal) => {
+      clearTimeout(guard)
+      resolve({ signal, code, sleptInFutex })
+    })
+  })
+
 describe("harness and verifier wrappers", () => {
-  it("tail.mjs, preloaded: same output and exit code; slow tasks keep the process (X − 1) × the unit longer", () => {
+  it("tail.mjs, preloaded: same output and exit code; slow tasks keep the process (X − 1) × the unit longer", async () => {
     const tail = pathToFileURL(script("tail.mjs")).href
     // The harness also starts a Node process of its own: the settings must not reach it. The wait
     // is measured inside the process (an exit listener registered after the preload's runs after
@@ -307,22 +342,29 @@ describe("harness and verifier wrappers", () => {
       const [out, waited] = r.stdout.split(/(?<=\n)(?=waited )/)
       return { status: r.status, stdout: out, stderr: r.stderr, waitedMs: Number(waited?.match(/\d+/)?.[0] ?? NaN) }
     }
-    const fast = timed({ ...settings, REINS_BENCH_TAIL_FRACTION: "0" })
+    // Not slow: with a unit of an hour, a wait would outlast the 30 s spawn timeout (a kill, no
+    // exit status), so exiting on its own with the harness's code is the proof it did not wait.
+    const fast = timed({ ...settings, REINS_BENCH_TAIL_UNIT_S: "3600", REINS_BENCH_TAIL_FRACTION: "0" })
     expect([fast.status, fast.stdout]).toEqual([3, "out unset\n"])
-    expect(fast.waitedMs).toBeLessThan(600)
     const slow = timed({ ...settings, REINS_BENCH_TAIL_FRACTION: "1" })
     expect([slow.status, slow.stdout]).toEqual([3, "out unset\n"])
     expect(slow.waitedMs).toBeGreaterThanOrEqual(1150) // 2 × 0.6 s; the clocks differ by a few ms
-    // Cancelling: a harness whose SIGTERM handler exits (with 128 + 15) does not wait, and a
-    // SIGTERM during the wait (here from spawnSync's timeout) ends the process at once.
-    const long = { ...settings, REINS_BENCH_TAIL_FRACTION: "1", REINS_BENCH_TAIL: "50" } // 29.4 s
-    const handler = "process.on('SIGTERM', () => process.exit(143)); setInterval(() => {}, 1000); process.kill(process.pid, 'SIGTERM')"
-    const started = performance.now()
-    const stopped = spawnSync(process.execPath, ["--import", tail, "-e", handler], { env: { ...process.env, ...long }, timeout: 20_000 })
-    expect(stopped.status).toBe(143)
-    const waiting = spawnSync(process.execPath, ["--import", tail, "-e", handler.split(";")[0]!], { env: { ...process.env, ...long }, timeout: 1_000 })
-    expect(waiting.signal).toBe("SIGTERM")
-    expect(performance.now() - started).toBeLessThan(10_000)
+    // Cancelling: a harness whose SIGTERM handler exits (with 128 + 15) does not wait: it exits
+    // with 143 itself instead of being killed by spawnSync's timeout during the 29.4 s wait.
+    const long = { ...settings, REINS_BENCH_TAIL_FRACTION: "1", REINS_BENCH_TAIL: "50" }
+    const handler = "process.on('SIGTERM', () => process.exit(143))"
+    const stopped = spawnSync(process.execPath, ["--import", tail, "-e", `${handler}; setInterval(() => {}, 1000); process.kill(process.pid, 'SIGTERM')`], {
+      env: { ...process.env, ...long },
+      timeout: 20_000
+    })
+    expect([stopped.status, stopped.signal]).toEqual([143, null])
+    // A SIGTERM once the process sleeps in the wait ends it at once, though the harness had a
+    // handler (which cannot run while the thread sleeps): signalled while asleep, it dies of the
+    // signal, not of the guard's SIGKILL 20 s later (the wait would last 29.4 s). The harness's
+    // exit listener, put before the preload's, says when the exit (and so the wait) begins.
+    const announce = "process.prependListener('exit', () => require('node:fs').writeSync(1, 'exiting\\n'))"
+    const waiting = await termDuringWait(["--import", tail, "-e", `${handler}; ${announce}`], long, "exiting", 20_000)
+    expect(waiting).toEqual({ signal: "SIGTERM", code: null, sleptInFutex: true })
     const noUnit = timed({ REINS_BENCH_TAIL: "2" })
     expect(noUnit.status).toBe(2)
     expect(noUnit.stderr).toMatch(/REINS_BENCH_TAIL_UNIT_S must be set/)
