@@ -77,13 +77,14 @@ export const parseToolCalls = (text: string, options?: ParseToolCallsOptions): P
   }
   items.push({ text: text.slice(at) })
 
-  const makeId = options?.makeId ?? randomIds()
+  const makeId = options?.makeId ?? randomCallIds()
   const toolCalls: Array<ParsedToolCall> = []
   for (const item of items) if ("call" in item) toolCalls.push({ id: makeId(toolCalls.length), ...item.call })
   return { content: toolCalls.length === 0 ? text : contentAround(items), toolCalls, errors }
 }
 
-const randomIds = () => {
+/** Ids `call_` + a random part shared by one response + the call's index. */
+export const randomCallIds = (): ((index: number) => string) => {
   const prefix = randomBytes(9).toString("base64url")
   return (index: number) => `call_${prefix}${index}`
 }
@@ -104,8 +105,11 @@ const contentAround = (items: ReadonlyArray<Item>): string => {
 const kind = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`)
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v)
 
-/** A call's JSON body → name and arguments, or an error message. */
-const parseCallBody = (body: string): Omit<ParsedToolCall, "id"> | string => {
+/**
+ * A call's JSON body → name and arguments, or an error message. The arguments are under the
+ * first of `argumentKeys` the object has (Llama 3 writes "parameters", the others "arguments").
+ */
+export const parseCallBody = (body: string, argumentKeys: ReadonlyArray<string> = ["arguments"]): Omit<ParsedToolCall, "id"> | string => {
   const json = body.trim()
   let value: unknown
   try {
@@ -113,11 +117,13 @@ const parseCallBody = (body: string): Omit<ParsedToolCall, "id"> | string => {
   } catch (e) {
     return `tool call is not valid JSON: ${(e as Error).message}`
   }
-  if (!isObject(value)) return `tool call must be a JSON object with "name" and "arguments", got ${kind(value)}`
-  const { name, arguments: args } = value
+  const key = (isObject(value) ? argumentKeys.find((k) => k in value) : undefined) ?? argumentKeys[0]!
+  if (!isObject(value)) return `tool call must be a JSON object with "name" and "${key}", got ${kind(value)}`
+  const { name } = value
+  const args = value[key]
   if (typeof name !== "string" || name.length === 0) return `tool call needs "name" as a non-empty string, got ${kind(name)}`
   if (args === undefined) return { name, arguments: "{}" }
-  if (isObject(args)) return { name, arguments: topLevelValueText(json, "arguments") ?? JSON.stringify(args) }
+  if (isObject(args)) return { name, arguments: topLevelValueText(json, key) ?? JSON.stringify(args) }
   if (typeof args === "string") {
     let inner: unknown
     try {
@@ -125,9 +131,9 @@ const parseCallBody = (body: string): Omit<ParsedToolCall, "id"> | string => {
     } catch {
       inner = undefined
     }
-    return isObject(inner) ? { name, arguments: args } : `tool call "${name}": "arguments" is a string but not the JSON text of an object`
+    return isObject(inner) ? { name, arguments: args } : `tool call "${name}": "${key}" is a string but not the JSON text of an object`
   }
-  return `tool call "${name}": "arguments" must be a JSON object, got ${kind(args)}`
+  return `tool call "${name}": "${key}" must be a JSON object, got ${kind(args)}`
 }
 
 /**
