@@ -54,6 +54,17 @@ const withDefault = <A, I>(schema: Schema.Schema<A, I>, value: NoInfer<A>, descr
 
 const optional = <A, I>(schema: Schema.Schema<A, I>, description: string) => Schema.optional(schema).annotations({ description })
 
+/** LoRA settings (PEFT's meaning): only adapters of rank `rank` on `target_modules` are trained. */
+export class LoraSettings extends Schema.Class<LoraSettings>("LoraSettings")({
+  rank: PositiveInt,
+  alpha: PositiveNumber,
+  dropout: Schema.optionalWith(Schema.Number.pipe(Schema.between(0, 0.99)), { default: () => 0 }),
+  target_modules: Schema.optionalWith(
+    Schema.NonEmptyArray(Schema.Literal("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    { default: () => ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] as const }
+  )
+}) {}
+
 /**
  * Everything the Trainer is configured with. Every key is optional and has the default shown;
  * unknown keys are errors (see `decodeTrainerConfig` in @reins/trainer).
@@ -93,7 +104,13 @@ export class TrainerConfig extends Schema.Class<TrainerConfig>("TrainerConfig")(
     optimizer_steps: withDefault(PositiveInt, 1, "optimizer steps per batch (the batch is split by whole groups)"),
     checkpoint_every: withDefault(NonNegativeInt, 10, "save a checkpoint every K versions (0: never)"),
     max_versions: optional(PositiveInt, "stop after this many updates; default: when the tasks run out"),
-    seed: withDefault(Schema.Int, 0, "seed of sampling and task order")
+    max_infra_failures: withDefault(
+      PositiveInt,
+      5,
+      "stop the run when this many rollouts in a row failed for an infrastructure reason (after their retries), none working in between"
+    ),
+    seed: withDefault(Schema.Int, 0, "seed of sampling and task order"),
+    lora: optional(LoraSettings, "train LoRA adapters instead of every weight: { rank, alpha, dropout, target_modules }")
   },
   { identifier: "TrainerConfig" }
 ) {

@@ -14,6 +14,7 @@
  * truncated file fails with a `CheckpointError` naming the file, never a half-loaded model.
  */
 import { Data, Effect, Schema } from "effect"
+import { existsSync } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { ChatTemplate } from "../chat/ChatTemplate.js"
@@ -22,6 +23,8 @@ import { decodeConfig, encodeConfig, type ModelConfig, parameterShapes } from ".
 import { checkWeights, Transformer, type Weights } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
+import { mergeAdapters } from "../model/lora.js"
+import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
 import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
 
 export const CONFIG_FILE = "config.json"
@@ -124,8 +127,30 @@ const readWeights = (file: string, config: ModelConfig) =>
     )
   )
 
-/** Loads and validates a whole model directory. */
+/**
+ * Loads and validates a whole model directory — or a LoRA checkpoint (a PEFT adapter directory
+ * without config.json): its base model, named by `base_model_name_or_path`, with the adapter
+ * merged in, at the adapter's policy version.
+ */
 export const loadModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+  Effect.suspend(() =>
+    existsSync(path.join(dir, ADAPTER_CONFIG_FILE)) && !existsSync(path.join(dir, CONFIG_FILE)) ? loadAdapterDir(dir) : loadFullModelDir(dir)
+  )
+
+const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+  Effect.gen(function* () {
+    const file = path.join(dir, ADAPTER_CONFIG_FILE)
+    const raw = (yield* readJson(file)) as Record<string, unknown>
+    const baseName = raw?.["base_model_name_or_path"]
+    if (typeof baseName !== "string" || baseName === "") return yield* fail(file, "base_model_name_or_path does not name the base model's directory")
+    const baseDir = path.resolve(dir, baseName)
+    const base = yield* loadFullModelDir(baseDir)
+    const adapter = yield* Effect.tryPromise({ try: () => readPeftAdapter(dir, base.config), catch: (e) => fail(file, reason(e), e) })
+    const version = typeof raw["reins_policy_version"] === "number" ? (raw["reins_policy_version"] as number) : base.config.version
+    return { ...base, config: base.config.withVersion(version), weights: mergeAdapters(base.config, adapter.lora, base.weights, adapter.adapters) }
+  })
+
+const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
     const config = yield* readJson(configFile).pipe(

@@ -38,6 +38,8 @@ export interface DeviceOptions {
   /** The id clients send as `model` (default: the directory's name, or `reins-default`). */
   readonly modelId?: string
   readonly backend?: BackendName
+  /** Train LoRA adapters (PEFT's meaning) instead of every weight; plain data, it crosses to the worker. */
+  readonly lora?: { readonly rank: number; readonly alpha: number; readonly dropout?: number; readonly targets?: ReadonlyArray<string> }
 }
 
 /** What the worker receives: the options plus the name it serves under (for its logs). */

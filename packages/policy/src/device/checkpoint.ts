@@ -19,28 +19,21 @@ const io = <A>(what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (e) => new DeviceError({ message: `${what}: ${reason(e)}` }) })
 
 /**
- * Writes `contents` (and `optimizer` when given) as the model directory `dir`: first into a
- * sibling `.NAME.partial-*`, then renamed into place. An existing `dir` is moved aside first and
- * removed after; a crash between the two renames leaves it as `.NAME.old-*`, never half-written.
+ * Writes the directory `dir` with `write`: first into a sibling `.NAME.partial-*`, then renamed
+ * into place. An existing `dir` is moved aside first and removed after; a crash between the two
+ * renames leaves it as `.NAME.old-*`, never half-written.
  */
-export const saveCheckpointDir = (
-  dir: string,
-  contents: ModelDir,
-  optimizer: OptimizerState | undefined
-): Effect.Effect<void, DeviceError> => {
+export const writeDirAtomically = (dir: string, write: (tmp: string) => Effect.Effect<void, DeviceError>): Effect.Effect<void, DeviceError> => {
   const target = path.resolve(dir)
   const parent = path.dirname(target)
   const name = path.basename(target)
   const tmp = path.join(parent, `.${name}.partial-${randomSuffix()}`)
-  const write = Effect.gen(function*() {
+  const all = Effect.gen(function*() {
     yield* io(`Save: cannot create ${parent}`, () => fs.mkdir(parent, { recursive: true }))
     // what an earlier save of this name left when it was killed mid-write
     const stale = (yield* io(`Save: cannot list ${parent}`, () => fs.readdir(parent))).filter((f) => f.startsWith(`.${name}.partial-`))
     for (const f of stale) yield* io(`Save: cannot remove ${f}`, () => fs.rm(path.join(parent, f), { recursive: true, force: true }))
-    yield* saveModelDir(tmp, contents).pipe(Effect.mapError((e) => new DeviceError({ message: `Save: ${e.message}` })))
-    if (optimizer !== undefined) {
-      yield* saveOptimizerState(tmp, optimizer, contents.config.version).pipe(Effect.mapError((e) => new DeviceError({ message: `Save: ${e.message}` })))
-    }
+    yield* write(tmp)
     const old = path.join(parent, `.${name}.old-${randomSuffix()}`)
     const moved = yield* io(`Save: cannot move the existing ${target} aside`, () =>
       fs.rename(target, old).then(
@@ -56,8 +49,22 @@ export const saveCheckpointDir = (
     )
     if (moved) yield* io(`Save: cannot remove the previous ${target}`, () => fs.rm(old, { recursive: true, force: true }))
   })
-  return write.pipe(Effect.onError(() => Effect.promise(() => fs.rm(tmp, { recursive: true, force: true }).catch(() => undefined))))
+  return all.pipe(Effect.onError(() => Effect.promise(() => fs.rm(tmp, { recursive: true, force: true }).catch(() => undefined))))
 }
+
+/** Writes `contents` (and `optimizer` when given) as the model directory `dir`, atomically. */
+export const saveCheckpointDir = (
+  dir: string,
+  contents: ModelDir,
+  optimizer: OptimizerState | undefined
+): Effect.Effect<void, DeviceError> =>
+  writeDirAtomically(dir, (tmp) =>
+    Effect.gen(function*() {
+      yield* saveModelDir(tmp, contents).pipe(Effect.mapError((e) => new DeviceError({ message: `Save: ${e.message}` })))
+      if (optimizer !== undefined) {
+        yield* saveOptimizerState(tmp, optimizer, contents.config.version).pipe(Effect.mapError((e) => new DeviceError({ message: `Save: ${e.message}` })))
+      }
+    }))
 
 /** Throws `DeviceError` unless `config` describes the same parameters (names and shapes) as the model's. */
 const checkArchitecture = (model: Transformer, config: ModelConfig, dir: string): void => {

@@ -15,10 +15,12 @@ import { initBackend } from "../backend.js"
 import { loadModelDir, type ModelDir } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
 import { makeEngine } from "../engine/engine.js"
+import { initAdapters, LoraConfig } from "../model/lora.js"
 import { Transformer } from "../model/transformer.js"
 import { scoreSequences } from "../train/step.js"
 import { BusyClock } from "./busyClock.js"
 import { checkWeightsMessage, readCheckpointDir, saveCheckpointDir, weightsMessage } from "./checkpoint.js"
+import { readLoraCheckpointDir, saveLoraCheckpointDir } from "./loraCheckpoint.js"
 import { DEFAULT_MODEL_ID, ensureDefaultPolicy } from "./defaultPolicy.js"
 import { Device, type DeviceOptions } from "./Device.js"
 import {
@@ -52,6 +54,17 @@ export const deviceHandlers = (options: DeviceOptions) =>
     })
     const policy = yield* loadPolicy(options)
     const model = Transformer.fromWeights(policy.config, policy.weights)
+    const lora = options.lora === undefined ? undefined : yield* Effect.try({
+      try: () => {
+        const config = new LoraConfig(options.lora as ConstructorParameters<typeof LoraConfig>[0])
+        model.attachLora(config, initAdapters(model.config, config, 0))
+        return config
+      },
+      catch: asDeviceError("LoRA")
+    })
+    /** What a Train changes (every weight, or only the adapters), to roll back a failed one. */
+    const snapshot = () => (lora === undefined ? model.readWeights() : model.readAdapters())
+    const putBack = (w: ReturnType<typeof snapshot>) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
     const engine = yield* makeEngine({ model, tokenizer: policy.tokenizer, stopIds: policy.generationConfig.eosTokenIds })
     const optimizer = new DeviceOptimizer(model)
     yield* Effect.addFinalizer(() => Effect.sync(() => optimizer.dispose()))
@@ -86,9 +99,9 @@ export const deviceHandlers = (options: DeviceOptions) =>
         const { settings } = request
         const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
         const objective = objectiveOf(settings)
-        const before = { weights: model.readWeights(), optimizer: optimizer.current?.exportState() }
+        const before = { weights: snapshot(), optimizer: optimizer.current?.exportState() }
         const rollback = Effect.sync(() => {
-          model.setWeights(before.weights)
+          putBack(before.weights)
           optimizer.restore(before.optimizer)
         })
         const steps = yield* Effect.gen(function*() {
@@ -165,6 +178,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
       GetWeights: () => exclusive(Effect.sync(() => weightsMessage(model, version))),
       SetWeights: (message) =>
         exclusive(Effect.gen(function*() {
+          if (lora !== undefined) return yield* new DeviceError({ message: "SetWeights: this device trains LoRA adapters; it serves its own merged weights" })
           const weights = yield* Effect.try({ try: () => checkWeightsMessage(model, message), catch: asDeviceError("SetWeights") })
           // the engine first: if it fails, nothing changed
           yield* swap(message.version, weights)
@@ -173,12 +187,33 @@ export const deviceHandlers = (options: DeviceOptions) =>
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
           const state = withOptimizer ? optimizer.current?.exportState() : undefined
+          if (lora !== undefined) {
+            yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
+            return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
+          }
           const contents: ModelDir = { ...policy, config: policy.config.withVersion(version), weights: model.readWeights() }
           yield* saveCheckpointDir(dir, contents, state)
           return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
         })),
       Restore: ({ dir, version: requested }) =>
         exclusive(Effect.gen(function*() {
+          if (lora !== undefined) {
+            const checkpoint = yield* readLoraCheckpointDir(model, lora, dir)
+            const v = requested ?? checkpoint.version
+            const before = { adapters: model.readAdapters(), optimizer: optimizer.current?.exportState() }
+            yield* Effect.try({
+              try: () => {
+                optimizer.restore(checkpoint.optimizer)
+                model.setAdapters(checkpoint.adapters)
+              },
+              catch: asDeviceError("Restore")
+            })
+            yield* swap(v, model).pipe(Effect.tapError(() => Effect.sync(() => {
+              model.setAdapters(before.adapters)
+              optimizer.restore(before.optimizer)
+            })))
+            return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
+          }
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
           const before = optimizer.current?.exportState()

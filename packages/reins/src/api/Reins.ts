@@ -13,7 +13,7 @@
  *
  * Every failure is a typed error (`TrainerError` naming what failed), never an exception.
  */
-import type { GatewayState, PauseMode, TrainerConfig } from "@reins/protocol"
+import type { GatewayState, LoraSettings, PauseMode, TrainerConfig } from "@reins/protocol"
 import { ActorSystem, Node } from "@reins/runtime"
 import { loadTaskSet, makeTaskQueue, type QueuePosition, type TaskRecord } from "@reins/rollout/tasks"
 import {
@@ -42,6 +42,8 @@ export interface ReinsOptions {
   readonly runDir?: string | undefined
   /** Start a second device (needed by the split schedule). */
   readonly split?: boolean | undefined
+  /** Train LoRA adapters (the Trainer config's `lora`) instead of every weight. */
+  readonly lora?: LoraSettings | undefined
   /** Run harnesses in this process too (default true; a joined node may leave them to the cluster). */
   readonly localLauncher?: boolean | undefined
   /** Where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
@@ -115,6 +117,7 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
       harness: run.harness,
       concurrency: run.concurrency,
       split: options.split,
+      lora: options.lora,
       localLauncher: options.localLauncher,
       http: options.http,
       publicUrl: options.publicUrl

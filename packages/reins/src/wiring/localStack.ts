@@ -6,7 +6,7 @@
 import { HttpServer } from "@effect/platform"
 import { Gateway } from "@reins/gateway"
 import { Device, TrainingDevice, workerLayer as deviceWorkerLayer } from "@reins/policy/device"
-import type { HarnessSpec } from "@reins/protocol"
+import type { HarnessSpec, LoraSettings } from "@reins/protocol"
 import { type ActorSystem } from "@reins/runtime"
 import { AttemptLedger, launcherActorLayer, RolloutController, type RolloutControllerService } from "@reins/rollout/controller"
 import { devicePort, trainerError, type TrainerPorts } from "@reins/trainer"
@@ -27,6 +27,8 @@ export interface LocalStackOptions {
   readonly maxAttempts?: number | undefined
   /** Start a second device for the split schedule. */
   readonly split?: boolean | undefined
+  /** Train LoRA adapters on the training device (the only device, or the split schedule's second). */
+  readonly lora?: LoraSettings | undefined
   /**
    * Run harnesses on this node too (default true). A node that joined a cluster with `rollout`
    * nodes can leave them all to those: the controller places attempts on every launcher it sees.
@@ -58,8 +60,11 @@ const gatewayLayer = (options: LocalStackOptions) =>
 /** Builds the stack in the current scope (everything stops when it closes). */
 export const localStack = (options: LocalStackOptions): Effect.Effect<LocalStack, unknown, Scope.Scope | ActorSystem> =>
   Effect.gen(function*() {
-    yield* Layer.build(deviceWorkerLayer({ modelDir: options.modelDir }, Device))
-    if (options.split) yield* Layer.build(deviceWorkerLayer({ modelDir: options.modelDir }, TrainingDevice))
+    const lora = options.lora === undefined
+      ? {}
+      : { lora: { rank: options.lora.rank, alpha: options.lora.alpha, dropout: options.lora.dropout, targets: [...options.lora.target_modules] } }
+    yield* Layer.build(deviceWorkerLayer({ modelDir: options.modelDir, ...(options.split ? {} : lora) }, Device))
+    if (options.split) yield* Layer.build(deviceWorkerLayer({ modelDir: options.modelDir, ...lora }, TrainingDevice))
     const served = yield* Layer.build(gatewayLayer(options))
     const server = Context.get(served, HttpServer.HttpServer)
     const gateway = Context.get(served, Gateway.Gateway)
@@ -87,7 +92,8 @@ export const localStack = (options: LocalStackOptions): Effect.Effect<LocalStack
         gateway: {
           pause: (mode) => Effect.mapError(gateway.pause(mode), trainerError("pause the Gateway")),
           resume: Effect.mapError(gateway.resume, trainerError("resume the Gateway")),
-          state: gateway.state
+          state: gateway.state,
+          swapped: gateway.swapped
         },
         generation,
         training
