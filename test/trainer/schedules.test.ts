@@ -169,8 +169,9 @@ describe("training schedules with real processes", () => {
           }
           const latest = yield* latestCheckpoint(path.join(run.runDir, "checkpoints"))
           expect(latest?.cursor.version).toBe(4)
-          // The Gateway serves the newest version.
+          // The Gateway serves the newest version, and each resume recorded the version it serves.
           expect((yield* run.stack.gateway.state).version).toBe(4)
+          expect((yield* run.stack.store.modelVersions).map((v) => v.version)).toEqual([0, 1, 2, 3, 4])
         }),
       { AGENT_WAIT_FOR_VERSION: "1" }
     ), 120_000)
@@ -227,10 +228,16 @@ describe("training schedules with real processes", () => {
       (run) =>
         Effect.gen(function*() {
           expect(run.summary.versions).toBe(2)
+          // One metrics line per version: the checks over them below must not run over nothing.
+          expect(run.metrics.map((m) => m.version)).toEqual([1, 2])
           yield* checkInvariants(run, 1)
           // The generation device got the training device's weights after each update.
           expect((yield* run.stack.ports.generation.info).version).toBe(2)
           for (const m of run.metrics) expect(m.pause.pauseSeconds).toBe(0)
+          // The Gateway heard of each swap without a pause: it serves the new version and the
+          // store records every version it served, as the collocated schedule's resumes do.
+          expect((yield* run.stack.store.modelVersions).map((v) => v.version)).toEqual([0, 1, 2])
+          expect((yield* run.stack.gateway.state).version).toBe(2)
         })
     ), 120_000)
 })

@@ -56,6 +56,8 @@ export interface GatewayService {
   /** Releases held calls (served by the possibly new weights). */
   readonly resume: Effect.Effect<GatewayState, GatewayError>
   readonly state: Effect.Effect<GatewayState>
+  /** The weights were swapped without a pause (split schedule): serve and record the new version. */
+  readonly swapped: Effect.Effect<GatewayState>
   /** The HTTP app (OpenAI routes, admin routes, health, metrics). */
   readonly app: HttpApp.Default
   readonly adminToken: string
@@ -71,13 +73,15 @@ const gateBackend = (backend: Backend): PauseGate.GateBackend =>
     ? {
         pause: (mode) => Effect.mapError(backend.generator.pause(mode), (e) => new GatewayError({ message: e.message })),
         resume: Effect.mapError(backend.generator.resume, (e) => new GatewayError({ message: e.message })),
-        model: Effect.map(backend.generator.info, (i) => ({ id: i.id, version: i.version }))
+        model: Effect.map(backend.generator.info, (i) => ({ id: i.id, version: i.version })),
+        refresh: Effect.map(backend.generator.refresh, (i) => ({ id: i.id, version: i.version }))
       }
     : {
         // An external server cannot be interrupted: both modes wait for the calls in flight.
         pause: (_mode, idle) => idle,
         resume: Effect.void,
-        model: Effect.succeed({ id: backend.upstream.base, version: 0 })
+        model: Effect.succeed({ id: backend.upstream.base, version: 0 }),
+        refresh: Effect.succeed({ id: backend.upstream.base, version: 0 })
       }
 
 const make = (options: GatewayOptions) =>
@@ -110,6 +114,7 @@ const make = (options: GatewayOptions) =>
       pause: gate.pause,
       resume: gate.resume,
       state: gate.state,
+      swapped: gate.swapped,
       app: makeApp(env),
       adminToken,
       store

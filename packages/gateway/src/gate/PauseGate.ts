@@ -21,6 +21,8 @@ export interface GateBackend {
   readonly pause: (mode: PauseMode, idle: Effect.Effect<void>) => Effect.Effect<void, GatewayError>
   readonly resume: Effect.Effect<void, GatewayError>
   readonly model: Effect.Effect<{ readonly id: string; readonly version: number }>
+  /** Reads the served model again (`model` may be a cached reading). */
+  readonly refresh: Effect.Effect<{ readonly id: string; readonly version: number }>
 }
 
 export class HeldTooLong extends Data.TaggedError("HeldTooLong")<{
@@ -42,6 +44,11 @@ export interface PauseGateService {
   readonly pause: (mode: PauseMode) => Effect.Effect<GatewayState, GatewayError>
   readonly resume: Effect.Effect<GatewayState, GatewayError>
   readonly state: Effect.Effect<GatewayState>
+  /**
+   * The weights were swapped while calls went on (the split schedule never pauses): reads the
+   * version served now and records it, as `resume` does after an update.
+   */
+  readonly swapped: Effect.Effect<GatewayState>
   /** Refuses held and new calls from now on (at shutdown). */
   readonly close: Effect.Effect<void>
 }
@@ -143,6 +150,14 @@ export const make = (options: PauseGateOptions): Effect.Effect<PauseGateService>
         Effect.asVoid
       )
 
+    // Logged, not failed: a version the store could not record must not keep held calls waiting
+    // (on resume) nor fail an update that has already happened (on a swap).
+    const recordModel = (model: { readonly id: string; readonly version: number }) =>
+      store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(
+        Effect.catchAll((e) => Effect.logWarning(`could not record model version ${model.version}: ${e.message}`)),
+        Effect.asVoid
+      )
+
     const pause = (m: PauseMode) =>
       lock.withPermits(1)(
         Effect.gen(function* () {
@@ -180,19 +195,19 @@ export const make = (options: PauseGateOptions): Effect.Effect<PauseGateService>
         mode = null
         metrics.paused.set(0)
         metrics.pauseSeconds.observe(pausedSeconds)
-        yield* store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(
-          Effect.catchAll((e) => Effect.logWarning(`could not record model version ${model.version}: ${e.message}`))
-        )
+        yield* recordModel(model)
         yield* logEvent("gateway.resumed", { pausedSeconds, version: model.version, held })
         yield* open.open
         return yield* state
       })
     )
 
+    const swapped = lock.withPermits(1)(Effect.flatMap(backend.refresh, (model) => Effect.zipRight(recordModel(model), state)))
+
     const close = Effect.suspend(() => {
       closed = true
       return open.open
     })
 
-    return { enter, pause, resume, state, close } satisfies PauseGateService
+    return { enter, pause, resume, state, swapped, close } satisfies PauseGateService
   })

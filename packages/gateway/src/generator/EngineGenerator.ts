@@ -36,8 +36,8 @@ export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorSer
   const created = model.created ?? Math.floor(Date.now() / 1000)
   // The version changes while the device is paused (the Trainer updates the weights between pause
   // and resume) or in a weight swap (split schedule), so it is read once, again after every
-  // resume, and raised when a token comes stamped with a newer one: not once per call, which is a
-  // message round trip when the engine runs in the device's worker thread.
+  // resume or swap, and raised when a token comes stamped with a newer one: not once per call,
+  // which is a message round trip when the engine runs in the device's worker thread.
   let cached: ModelInfo | undefined
   const refresh = Effect.map(Effect.orDie(engine.stats), (s): ModelInfo => {
     cached = {
@@ -64,7 +64,8 @@ export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorSer
         })
       ),
     pause: (mode) => Effect.asVoid(Effect.mapError(engine.pause(mode), generateError)),
-    resume: Effect.zipLeft(Effect.mapError(engine.resume, generateError), refresh)
+    resume: Effect.zipLeft(Effect.mapError(engine.resume, generateError), refresh),
+    refresh
   }
 }
 

@@ -37,6 +37,8 @@ export interface GeneratorService {
   /** Frees the device: resolves when no sequence is being computed. */
   readonly pause: (mode: PauseMode) => Effect.Effect<void, GenerateError>
   readonly resume: Effect.Effect<void, GenerateError>
+  /** Reads the served version again: the weights were swapped while generation went on (split schedule). */
+  readonly refresh: Effect.Effect<ModelInfo>
 }
 
 export class Generator extends Context.Tag("@reins/gateway/Generator")<Generator, GeneratorService>() {}

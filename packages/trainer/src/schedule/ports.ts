@@ -58,6 +58,8 @@ export interface GatewayPort {
   readonly pause: (mode: PauseMode) => Effect.Effect<GatewayState, TrainerError>
   readonly resume: Effect.Effect<GatewayState, TrainerError>
   readonly state: Effect.Effect<GatewayState, TrainerError>
+  /** The generation device's weights were swapped without a pause (split): the Gateway records the new version. */
+  readonly swapped: Effect.Effect<GatewayState, TrainerError>
 }
 
 export interface TrainSettings extends LossSettings {

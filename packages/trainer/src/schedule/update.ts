@@ -91,6 +91,9 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
     if (input.schedule === "split") {
       const outcome = yield* train
       yield* ports.training.sendWeightsTo(ports.generation)
+      // No resume tells the Gateway of the new version here: it would go on naming the old one
+      // and the store would never record the swap.
+      yield* ports.gateway.swapped
       return { batch, staleness: stale, pause: noPause, outcome }
     }
     const { pause, result } = yield* whilePaused(ports, input.config, train)
