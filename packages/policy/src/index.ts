@@ -15,6 +15,7 @@ export { bf16ToF32, f32ToBf16, f16ToF32, f32ToF16 } from "./checkpoint/dtype.js"
 export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type HfArchitecture, type HfDtype, type HfModelConfig } from "./checkpoint/hf/config.js"
 export { LoraConfig, LORA_TARGETS, loraSites, initAdapters, mergeAdapters, type LoraTarget, type LoraSite } from "./model/lora.js"
 export { writePeftAdapter, readPeftAdapter, PeftError, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from "./checkpoint/hf/peft.js"
+export { asHfModel, isHfConfig } from "./checkpoint/hf/hfModel.js"
 export { readHfWeights, encodeHfWeights, hfName, HfWeightsError, HF_WEIGHTS_FILE, HF_INDEX_FILE } from "./checkpoint/hf/weights.js"
 export {
   loadModelDir,

@@ -24,7 +24,10 @@ import { checkWeights, Transformer, type Weights } from "../model/transformer.js
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
+import type { HfModelConfig } from "./hf/config.js"
+import { hfModelFiles, isHfConfig, readHfModel, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
+import { HfWeightsError } from "./hf/weights.js"
 import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
 
 export const CONFIG_FILE = "config.json"
@@ -63,6 +66,8 @@ export interface ModelDir {
   readonly tokenizer: Tokenizer
   readonly chatTemplate: ChatTemplate
   readonly generationConfig: GenerationConfig
+  /** A Hugging Face model's config.json facts (saved back in its layout and dtype). */
+  readonly hf?: HfModelConfig | undefined
 }
 
 export interface OptimizerState {
@@ -153,10 +158,16 @@ const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =
 const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
-    const config = yield* readJson(configFile).pipe(
-      Effect.flatMap((json) => Effect.try({ try: () => decodeConfig(json), catch: (e) => fail(configFile, reason(e), e) }))
-    )
-    const weights = yield* readWeights(path.join(dir, WEIGHTS_FILE), config)
+    const json = yield* readJson(configFile)
+    const hfModel = isHfConfig(json)
+      ? yield* Effect.tryPromise({
+        try: () => readHfModel(dir, json),
+        // HfWeightsError names its file; HfConfigError names the key of config.json.
+        catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
+      })
+      : undefined
+    const config = hfModel?.hf.config ?? (yield* Effect.try({ try: () => decodeConfig(json), catch: (e) => fail(configFile, reason(e), e) }))
+    const weights = hfModel?.weights ?? (yield* readWeights(path.join(dir, WEIGHTS_FILE), config))
     const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
     if (tokenizer.vocabSize > config.vocabSize) {
       return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
@@ -165,7 +176,11 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
       Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
     )
     const genFile = path.join(dir, GENERATION_CONFIG_FILE)
-    const generationConfig = yield* readJson(genFile).pipe(
+    // Hugging Face models may have none: the eos ids of config.json and the defaults then.
+    const hfDefault = hfModel !== undefined && !existsSync(genFile)
+      ? new GenerationConfig({ eosTokenIds: [...hfModel.hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
+      : undefined
+    const generationConfig = hfDefault ?? (yield* readJson(genFile).pipe(
       Effect.flatMap((json) =>
         Effect.try({
           try: () => {
@@ -177,11 +192,11 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
           catch: (e) => fail(genFile, reason(e), e)
         })
       )
-    )
+    ))
     for (const id of generationConfig.eosTokenIds) {
       if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
     }
-    return { config, weights, tokenizer, chatTemplate, generationConfig }
+    return { config, weights, tokenizer, chatTemplate, generationConfig, hf: hfModel?.hf }
   })
 
 /** Writes a whole model directory (creating it if needed); config.json is written last. */
@@ -192,16 +207,23 @@ export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<voi
       try: () => checkWeights(parameterShapes(contents.config), contents.weights),
       catch: (e) => fail(path.join(dir, WEIGHTS_FILE), `not written: ${reason(e)}`, e)
     })
-    const tensors: Record<string, TensorEntry> = {}
-    const shapes = parameterShapes(contents.config)
-    for (const [name, shape] of Object.entries(shapes)) tensors[name] = { dtype: "F32", shape, data: contents.weights[name]! }
-    yield* write(path.join(dir, WEIGHTS_FILE), encodeSafetensors(tensors, { format: "pt", version: String(contents.config.version) }))
+    const hfFiles = contents.hf === undefined ? undefined : hfModelFiles(contents.hf, contents.config, contents.weights)
+    if (hfFiles !== undefined) {
+      yield* write(path.join(dir, WEIGHTS_FILE), hfFiles.weights)
+      // one file now: an index left by an earlier sharded save would point elsewhere
+      yield* Effect.promise(() => fs.rm(path.join(dir, STALE_SHARD_INDEX), { force: true }))
+    } else {
+      const tensors: Record<string, TensorEntry> = {}
+      const shapes = parameterShapes(contents.config)
+      for (const [name, shape] of Object.entries(shapes)) tensors[name] = { dtype: "F32", shape, data: contents.weights[name]! }
+      yield* write(path.join(dir, WEIGHTS_FILE), encodeSafetensors(tensors, { format: "pt", version: String(contents.config.version) }))
+    }
     yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
     yield* saveChatTemplate(dir, contents.chatTemplate).pipe(
       Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
     )
     yield* write(path.join(dir, GENERATION_CONFIG_FILE), JSON.stringify(Schema.encodeSync(GenerationConfig)(contents.generationConfig), null, 2) + "\n")
-    yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(encodeConfig(contents.config), null, 2) + "\n")
+    yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(hfFiles?.config ?? encodeConfig(contents.config), null, 2) + "\n")
   })
 
 /** Saves a live model (its current weights and version) with its tokenizer and template. */

@@ -2,6 +2,7 @@
 import { Command } from "@effect/cli"
 import { bench } from "./bench.js"
 import { evalCommand } from "./eval.js"
+import { exportCommand } from "./export.js"
 import { node } from "./node.js"
 import { serve } from "./serve.js"
 import { sft } from "./sft.js"
@@ -12,7 +13,7 @@ import { trainCommand } from "./train.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand, evalCommand, bench])
+  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand, evalCommand, exportCommand, bench])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })

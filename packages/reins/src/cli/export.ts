@@ -1,0 +1,65 @@
+/**
+ * `reins export --model DIR --out DIR [--merge-lora] [--dtype bf16|f16|f32]`: writes a model as
+ * a Hugging Face directory that `transformers`, vLLM and llama.cpp's converter load unchanged —
+ * config.json with `architectures`, model.safetensors in HF names and the chosen dtype, the
+ * tokenizer and template files, generation_config.json. `--merge-lora` takes a LoRA checkpoint
+ * (a PEFT adapter directory) and writes its base with the adapter merged in.
+ */
+import { Command, Options } from "@effect/cli"
+import * as policy from "@reins/policy"
+import { Console, Data, Effect, Option } from "effect"
+import { existsSync, readdirSync } from "node:fs"
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+
+class ExportError extends Data.TaggedError("ExportError")<{ readonly message: string }> {}
+
+const model = Options.directory("model").pipe(Options.withDescription("The model directory (or LoRA checkpoint, with --merge-lora) to export."))
+const out = Options.directory("out").pipe(Options.withDescription("Where to write the Hugging Face model directory (must not exist or be empty)."))
+const mergeLora = Options.boolean("merge-lora").pipe(Options.withDescription("MODEL is a LoRA adapter: write its base with the adapter merged in."))
+const dtype = Options.choice("dtype", ["bf16", "f16", "f32"]).pipe(
+  Options.optional,
+  Options.withDescription("Weights' dtype (default: the source checkpoint's, f32 for reins's own models).")
+)
+
+const DTYPES = { bf16: "bfloat16", f16: "float16", f32: "float32" } as const
+
+/** Tokenizer files a Hugging Face directory may carry besides tokenizer.json. */
+const TOKENIZER_EXTRAS = ["tokenizer_config.json", "special_tokens_map.json"]
+
+const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Option.Option<"bf16" | "f16" | "f32"> }) =>
+  Effect.gen(function* () {
+    const isAdapter = existsSync(path.join(args.model, policy.ADAPTER_CONFIG_FILE)) && !existsSync(path.join(args.model, "config.json"))
+    if (isAdapter && !args.mergeLora) {
+      return yield* new ExportError({ message: `${args.model} is a LoRA adapter (PEFT layout, loadable as it is by peft and vLLM); pass --merge-lora to write base + adapter as one model` })
+    }
+    if (!isAdapter && args.mergeLora) return yield* new ExportError({ message: `--merge-lora: ${args.model} is not a LoRA adapter (it has no ${policy.ADAPTER_CONFIG_FILE})` })
+    if (existsSync(args.out) && readdirSync(args.out).length > 0) return yield* new ExportError({ message: `--out ${args.out} exists and is not empty` })
+    const loaded = yield* policy.loadModelDir(args.model)
+    const hf = loaded.hf ?? policy.asHfModel(loaded.config, loaded.generationConfig.eosTokenIds)
+    if (hf === undefined) {
+      const c = loaded.config
+      return yield* new ExportError({
+        message: `${args.model} has no Hugging Face architecture (positions ${c.positions}, norm ${c.norm}, mlp ${c.mlp}); only RoPE + RMSNorm + SwiGLU models export as Llama, Qwen2 or Qwen3`
+      })
+    }
+    const target = { ...hf, dtype: Option.match(args.dtype, { onNone: () => hf.dtype, onSome: (d) => DTYPES[d] }) }
+    yield* policy.saveModelDir(args.out, { ...loaded, hf: target })
+    // A loaded Hugging Face model keeps its tokenizer_config.json (special tokens, template) too.
+    const source = isAdapter ? path.resolve(args.model, JSON.parse(yield* Effect.promise(() => fs.readFile(path.join(args.model, policy.ADAPTER_CONFIG_FILE), "utf8"))).base_model_name_or_path) : args.model
+    for (const file of TOKENIZER_EXTRAS) {
+      if (existsSync(path.join(source, file))) yield* Effect.promise(() => fs.copyFile(path.join(source, file), path.join(args.out, file)))
+    }
+    yield* Console.log(`wrote ${hf.architecture} (${target.dtype}, policy version ${loaded.config.version}) to ${args.out}`)
+  }).pipe(
+    Effect.catchTags({
+      ExportError: (e) => fail(e.message),
+      CheckpointError: (e) => fail(e.message)
+    })
+  )
+
+const fail = (message: string) => Console.error(`reins export: ${message}`).pipe(Effect.zipRight(Effect.sync(() => (process.exitCode = 1))))
+
+export const exportCommand = Command.make("export", { model, out, mergeLora, dtype }, run).pipe(
+  Command.withDescription("Write a model (or a LoRA checkpoint merged into its base) as a Hugging Face directory.")
+)
