@@ -53,6 +53,12 @@ interface Link {
   readonly remote: ReturnType<typeof Remote.make>
 }
 
+/**
+ * How often the failure detector looks (every tick; gossip goes out every 4th): a quarter of the
+ * heartbeat, at least 50 ms. A member silent for `downAfter` is down at the first look after it.
+ */
+export const checkEveryMs = (heartbeatMs: number) => Math.max(50, Math.floor(heartbeatMs / 4))
+
 /** Members not seen for this long are forgotten. */
 const FORGET_AFTER_MS = 60 * 60 * 1000
 
@@ -419,7 +425,7 @@ export const make = (options: MembershipOptions) =>
       Effect.gen(function*() {
         self.address = address
         let n = 0
-        const every = Math.max(50, Math.floor(heartbeatMs / 4))
+        const every = checkEveryMs(heartbeatMs)
         yield* Effect.sync(() => tick(n++ % 4 === 0)).pipe(
           Effect.catchAllDefect((defect) => Effect.logError("membership tick failed", defect)),
           Effect.repeat(Schedule.spaced(Duration.millis(every))),

@@ -62,6 +62,18 @@ export const NodeActor = Actor.make("reins.node", RpcGroup.make(Rpc.make("Status
 
 export const DEFAULT_DOWN_AFTER = Duration.seconds(4)
 
+/**
+ * The failure detector's timing for a `downAfter`: heartbeats every `heartbeatMs` (≤ 1 s), looks
+ * every `checkMs`. A member that stops is marked down at most `worstMs` after its last sign of
+ * life (the silence, then at most one look), by the marking node's clock.
+ */
+export const detectorTiming = (downAfter: Duration.DurationInput = DEFAULT_DOWN_AFTER) => {
+  const downAfterMs = Duration.toMillis(Duration.decode(downAfter))
+  const heartbeatMs = Math.min(1_000, downAfterMs / 4)
+  const checkMs = Membership.checkEveryMs(heartbeatMs)
+  return { downAfterMs, heartbeatMs, checkMs, worstMs: downAfterMs + checkMs }
+}
+
 const advertised = (host: string, port: number) => {
   const reachable = host === "0.0.0.0" || host === "::" ? os.hostname() : host
   return `ws://${reachable.includes(":") ? `[${reachable}]` : reachable}:${port}`
@@ -110,7 +122,7 @@ export const layer = <E, R>(
         secret: secret.secret,
         join: config.join ?? [],
         downAfter,
-        heartbeat: Duration.millis(Math.min(1_000, Duration.toMillis(downAfter) / 4)),
+        heartbeat: Duration.millis(detectorTiming(downAfter).heartbeatMs),
         maxFrameBytes,
         system
       })

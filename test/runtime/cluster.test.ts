@@ -4,7 +4,7 @@
  * secret is refused; garbage and oversized frames leave a node running.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ActorSystem, Cluster, type ClusterStatus, type MemberEvent, Probe } from "@reins/runtime"
+import { ActorSystem, Cluster, type ClusterStatus, type MemberEvent, Node, Probe } from "@reins/runtime"
 import { Chunk, Effect, Either, Fiber, Redacted, type Scope, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -17,8 +17,16 @@ import { authenticated, Wire } from "./fixtures/wire.js"
 const secretValue = `cluster-test-${randomBytes(12).toString("hex")}`
 const secret = Redacted.make(secretValue)
 const env = { REINS_CLUSTER_SECRET: secretValue }
+/** The nodes' failure detector, as configured here (the default down-after, given explicitly). */
+const DOWN_AFTER_S = 4
+const detector = Node.detectorTiming(`${DOWN_AFTER_S} seconds`)
 /** The documented bound: a member that stops answering is down within 5 s (default settings). */
-const DOWN_BOUND_MS = 5_000
+const DOCUMENTED_DOWN_BOUND_MS = 5_000
+/**
+ * What the margin over the detector's worst case can never be below: the kill and the clock reads
+ * around it, which no round trip measures.
+ */
+const MARGIN_FLOOR_MS = 100
 
 let dir: string
 let a: NodeProcess
@@ -30,6 +38,7 @@ const nodeArgs = (name: "a" | "b" | "c", roles: string, join?: string) => [
   "--listen", `127.0.0.1:${ports[name]}`,
   "--data", path.join(dir, name),
   ...(join ? ["--join", join] : []),
+  "--down-after", String(DOWN_AFTER_S),
   ...(name === "a" ? ["--max-frame-bytes", String(1024 * 1024)] : [])
 ]
 
@@ -120,6 +129,17 @@ describe("a three-node cluster", () => {
         )
       )
       yield* Effect.sleep("200 millis")
+      // Kill c just after a heartbeat of its own reached this client: it went to the survivors in
+      // the same breath, so their silence starts at the kill and detection should take down-after
+      // plus at most one look — not anywhere in a heartbeat's width below that.
+      const system = yield* ActorSystem
+      const versionOfC = Effect.map(system.members, (ms) => ms.find((m) => m.id === c.id && m.status === "up")?.version)
+      let before = yield* versionOfC
+      for (let polls = 0; before === undefined || (yield* versionOfC) === before; polls++) {
+        expect(polls, `a heartbeat from ${c.id}`).toBeLessThan(20_000)
+        yield* Effect.sleep("1 millis")
+        before ??= yield* versionOfC
+      }
       const killedAt = Date.now()
       c.process.kill("SIGKILL")
 
@@ -128,15 +148,32 @@ describe("a three-node cluster", () => {
       const early = yield* gateway.Relay({ actor: rollout }).pipe(Effect.timeout("3 seconds"))
       expect(Either.isLeft(early) && early.left).toMatchObject({ _tag: "ActorUnavailable", actor: rollout })
 
-      // both survivors mark it down within the bound, by their own clocks
-      for (const survivor of [a, b]) {
-        const seen = yield* Effect.promise(() =>
-          until(`${survivor.id} to mark ${c.id} down`, async () => {
+      // Both survivors mark it down after the silence and within the detector's worst case
+      // (silence, then one look), give or take a margin for how late their event loops run on
+      // this machine now: every status round trip goes through the survivor's loop, so twice the
+      // slowest one covers a late look and a late-delivered last heartbeat. Watched side by side
+      // from the kill on, so each has its own samples.
+      expect(detector.worstMs).toBeLessThanOrEqual(DOCUMENTED_DOWN_BOUND_MS)
+      const marks = yield* Effect.promise(() =>
+        Promise.all([a, b].map(async (survivor) => {
+          let slowest = 0
+          const seen = await until(`${survivor.id} to mark ${c.id} down`, async () => {
+            const sent = performance.now()
             const entry = byId(await status(survivor.address), c.id)
+            slowest = Math.max(slowest, performance.now() - sent)
             return entry?.status === "down" ? entry : undefined
           }, 20_000)
+          return { survivor, after: seen.since - killedAt, margin: Math.max(MARGIN_FLOOR_MS, Math.ceil(2 * slowest)), slowest }
+        }))
+      )
+      for (const { survivor, after, margin, slowest } of marks) {
+        const bound = { low: detector.downAfterMs - margin, high: detector.worstMs + margin }
+        console.log(
+          `${survivor.id} marked ${c.id} down ${after} ms after the kill; bounds ${bound.low}..${bound.high} ms = down-after ${detector.downAfterMs} ` +
+            `(+ one look ${detector.checkMs}) ∓ margin ${margin} (2 × slowest status round trip ${Math.round(slowest)} ms, at least ${MARGIN_FLOOR_MS})`
         )
-        expect(seen.since - killedAt).toBeLessThanOrEqual(DOWN_BOUND_MS)
+        expect(after, `${survivor.id}: ms from the kill to down`).toBeLessThanOrEqual(bound.high)
+        expect(after, `${survivor.id}: ms from the kill to down (not before the silence)`).toBeGreaterThanOrEqual(bound.low)
       }
       // this watcher (a client of b) was told
       const events = Chunk.toReadonlyArray(yield* Fiber.join(watched).pipe(Effect.timeout("10 seconds")))
