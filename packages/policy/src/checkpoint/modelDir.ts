@@ -4,7 +4,8 @@
  *   config.json               architecture + policy `version` (see model/config.ts)
  *   model.safetensors         weights, F32, [in, out] matrices (names: `parameterShapes`)
  *   tokenizer.json            the tokenizer (tokenizer module)
- *   chat_template.jinja       the chat template (chat module)
+ *   chat_template.jinja       the chat template (chat module); a Hugging Face model's may be
+ *                             in tokenizer_config.json instead (chat/PromptTemplateFiles.ts)
  *   generation_config.json    stop ids and default sampling settings
  *   optimizer.safetensors     optional: AdamW moments and step, to resume training
  *
@@ -18,13 +19,14 @@ import { existsSync } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { ChatTemplate } from "../chat/ChatTemplate.js"
-import { loadChatTemplate, saveChatTemplate } from "../chat/ChatTemplateFiles.js"
+import type { PromptTemplate } from "../chat/PromptTemplate.js"
+import { loadPromptTemplate, savePromptTemplate } from "../chat/PromptTemplateFiles.js"
 import { decodeConfig, encodeConfig, type ModelConfig, parameterShapes } from "../model/config.js"
 import { checkWeights, Transformer, type Weights } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
-import type { HfModelConfig } from "./hf/config.js"
+import { decodeHfConfig, type HfModelConfig } from "./hf/config.js"
 import { hfModelFiles, isHfConfig, readHfModel, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
 import { HfWeightsError } from "./hf/weights.js"
@@ -64,7 +66,7 @@ export interface ModelDir {
   readonly config: ModelConfig
   readonly weights: Weights
   readonly tokenizer: Tokenizer
-  readonly chatTemplate: ChatTemplate
+  readonly chatTemplate: PromptTemplate
   readonly generationConfig: GenerationConfig
   /** A Hugging Face model's config.json facts (saved back in its layout and dtype). */
   readonly hf?: HfModelConfig | undefined
@@ -142,6 +144,20 @@ export const loadModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointErr
     existsSync(path.join(dir, ADAPTER_CONFIG_FILE)) && !existsSync(path.join(dir, CONFIG_FILE)) ? loadAdapterDir(dir) : loadFullModelDir(dir)
   )
 
+/** The model's config alone (of a LoRA checkpoint: its base's), without reading any weight. */
+export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, CheckpointError> =>
+  Effect.gen(function* () {
+    const adapterFile = path.join(dir, ADAPTER_CONFIG_FILE)
+    if (existsSync(adapterFile) && !existsSync(path.join(dir, CONFIG_FILE))) {
+      const base = ((yield* readJson(adapterFile)) as Record<string, unknown>)?.["base_model_name_or_path"]
+      if (typeof base !== "string" || base === "") return yield* fail(adapterFile, "base_model_name_or_path does not name the base model's directory")
+      return yield* readModelConfig(path.resolve(dir, base))
+    }
+    const file = path.join(dir, CONFIG_FILE)
+    const json = yield* readJson(file)
+    return yield* Effect.try({ try: () => (isHfConfig(json) ? decodeHfConfig(json).config : decodeConfig(json)), catch: (e) => fail(file, reason(e), e) })
+  })
+
 const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
   Effect.gen(function* () {
     const file = path.join(dir, ADAPTER_CONFIG_FILE)
@@ -172,7 +188,7 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
     if (tokenizer.vocabSize > config.vocabSize) {
       return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
     }
-    const chatTemplate = yield* loadChatTemplate(dir).pipe(
+    const chatTemplate = yield* loadPromptTemplate(dir).pipe(
       Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
     )
     const genFile = path.join(dir, GENERATION_CONFIG_FILE)
@@ -219,7 +235,7 @@ export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<voi
       yield* write(path.join(dir, WEIGHTS_FILE), encodeSafetensors(tensors, { format: "pt", version: String(contents.config.version) }))
     }
     yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
-    yield* saveChatTemplate(dir, contents.chatTemplate).pipe(
+    yield* savePromptTemplate(dir, contents.chatTemplate).pipe(
       Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
     )
     yield* write(path.join(dir, GENERATION_CONFIG_FILE), JSON.stringify(Schema.encodeSync(GenerationConfig)(contents.generationConfig), null, 2) + "\n")
@@ -231,7 +247,7 @@ export const saveModel = (
   dir: string,
   model: Transformer,
   tokenizer: Tokenizer,
-  options: { readonly chatTemplate?: ChatTemplate; readonly generationConfig?: GenerationConfig } = {}
+  options: { readonly chatTemplate?: PromptTemplate; readonly generationConfig?: GenerationConfig } = {}
 ): Effect.Effect<void, CheckpointError> =>
   saveModelDir(dir, {
     config: model.config.withVersion(model.version),

@@ -12,10 +12,11 @@ import { DeviceError, DeviceInfo, EngineLoad, type PauseMode, RestoreResult, Sav
 import { Effect, Exit, Stream } from "effect"
 import path from "node:path"
 import { initBackend } from "../backend.js"
-import { loadModelDir, type ModelDir } from "../checkpoint/modelDir.js"
+import { loadModelDir, type ModelDir, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
 import { makeEngine } from "../engine/engine.js"
 import { initAdapters, LoraConfig } from "../model/lora.js"
+import { wasmMisfit } from "../model/memory.js"
 import { Transformer } from "../model/transformer.js"
 import { scoreSequences } from "../train/step.js"
 import { BusyClock } from "./busyClock.js"
@@ -52,6 +53,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
       try: () => initBackend(options.backend),
       catch: (e) => new DeviceError({ message: `no TensorFlow.js backend: ${String(e)}` })
     })
+    if (backend === "wasm" && !options.createDefault) {
+      // Before any weight is read: a model too large for the wasm heap fails now, saying why.
+      const config = yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError))
+      const misfit = wasmMisfit(config, { lora: options.lora !== undefined })
+      if (misfit !== undefined) return yield* new DeviceError({ message: `${options.modelDir}: ${misfit}` })
+    }
     const policy = yield* loadPolicy(options)
     const model = Transformer.fromWeights(policy.config, policy.weights)
     const lora = options.lora === undefined ? undefined : yield* Effect.try({

@@ -1,0 +1,50 @@
+/**
+ * Models too large for the wasm heap fail before any weight is read, with what they need and
+ * what can hold them: Qwen3-0.6B's real config (no weights in the directory, so a device that
+ * read on would fail on the missing file instead) through a real device worker, and the
+ * estimate's arithmetic on SmolLM2-135M (fits) and Qwen3-0.6B (does not, even with LoRA).
+ */
+import { expect, it } from "@effect/vitest"
+import { decodeHfConfig, deviceHandlers, memoryNeed, wasmMisfit } from "@reins/policy"
+import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterAll, describe } from "vitest"
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "reins-memory-"))
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }))
+
+const QWEN3_06B = {
+  architectures: ["Qwen3ForCausalLM"], model_type: "qwen3", hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28,
+  num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, hidden_act: "silu", max_position_embeddings: 40960,
+  rms_norm_eps: 1e-6, rope_theta: 1000000, tie_word_embeddings: true, vocab_size: 151936, attention_bias: false,
+  use_sliding_window: false, sliding_window: null, torch_dtype: "bfloat16", bos_token_id: 151643, eos_token_id: 151645
+}
+const SMOLLM2_135M = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30,
+  num_attention_heads: 9, num_key_value_heads: 3, hidden_act: "silu", max_position_embeddings: 8192, rms_norm_eps: 1e-5,
+  rope_theta: 100000, tie_word_embeddings: true, vocab_size: 49152, torch_dtype: "bfloat16", bos_token_id: 1, eos_token_id: 2
+}
+
+describe("the wasm heap", () => {
+  it("SmolLM2-135M fits for full training; Qwen3-0.6B fits for neither, and the message says why", () => {
+    const smol = decodeHfConfig(SMOLLM2_135M).config
+    expect(Math.round(memoryNeed(smol).parameters / 1e6)).toBe(135) // published: 134.5M
+    expect(wasmMisfit(smol, { lora: false })).toBeUndefined()
+    const qwen = decodeHfConfig(QWEN3_06B).config
+    expect(Math.round(memoryNeed(qwen).parameters / 1e6)).toBe(596) // published: 0.6B (0.44B without embeddings)
+    expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 4\.4 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use a GPU backend \(REINS_BACKEND=webgpu or tensorflow\).*or train LoRA adapters/)
+    expect(wasmMisfit(qwen, { lora: true })).toMatch(/serving it \(with LoRA adapters\) needs at least 4\.4 GiB/)
+  })
+
+  it.effect("a device refuses such a model before reading its weights", () =>
+    Effect.gen(function*() {
+      const dir = path.join(tmp, "qwen3-0.6b")
+      fs.mkdirSync(dir)
+      fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify(QWEN3_06B))
+      // The handlers' build, as the device's worker thread runs it.
+      const error = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm" })))
+      expect(error.message).toMatch(/qwen3-0\.6b: the model has 596M parameters: training all its weights .*wasm backend's 4\.0 GiB heap/)
+    }), 60_000)
+})
