@@ -6,8 +6,9 @@
  * in-process admission hook applies as well (an attempt starts only if both allow it).
  */
 import { describe, expect, it } from "@effect/vitest"
-import type { AttemptFinished } from "@reins/protocol"
+import type { AttemptFinished, ControllerStatus } from "@reins/protocol"
 import {
+  type AdmissionRequest,
   AttemptLedger,
   ControllerActor,
   controllerActorLayer,
@@ -55,15 +56,28 @@ describe("remote admission (start budget)", () => {
 
       // the in-process hook, next to the budget: it fixes the harness before a retry, and can hold everything
       let hold = false
+      const refused: Array<AdmissionRequest> = []
       yield* controller.setAdmission((request) =>
         Effect.sync(() => {
           if (request.attemptIndex === 1 && !existsSync(late)) {
             copyFileSync(controllerFixture("harness.mjs"), late)
             chmodSync(late, 0o755)
           }
+          if (hold) refused.push(request)
           return !hold
         })
       )
+      // Polls the status until `decided` says the controller has made up its mind either way (so
+      // a slow machine only makes the wait longer, never the check weaker).
+      const statusOnce = (decided: (s: ControllerStatus) => boolean) =>
+        Effect.gen(function*() {
+          for (let i = 0; i < 1_000; i++) {
+            const s = yield* trainer.Status()
+            if (decided(s)) return s
+            yield* Effect.sleep("20 millis")
+          }
+          return yield* Effect.die(new Error("the controller never decided"))
+        })
 
       expect(yield* trainer.SetAdmission({ budget: 1 })).toMatchObject({ budget: 1, started: 0 })
       // one start allowed: the flaky rollout takes it; its retry (a new attempt) needs no budget
@@ -71,20 +85,26 @@ describe("remote admission (start budget)", () => {
       const [flakyEnded] = yield* controller.awaitGroup(flaky.groupId)
       expect(flakyEnded).toMatchObject({ state: "succeeded", attempts: 2, reward: 1 })
 
+      // A scheduling pass that finds a waiting rollout over budget says so (admissionBlocked); one
+      // that ignored the budget would start it instead.
       const group = yield* trainer.Submit({ task: answerTask("sum", "4"), size: 3, taskExtra: { reference: "4" } })
-      yield* Effect.sleep("500 millis")
-      expect(yield* trainer.Status()).toMatchObject({ waiting: 3, started: 1, budget: 1, admissionBlocked: true })
+      expect(yield* statusOnce((s) => s.admissionBlocked || s.waiting < 3)).toMatchObject({ waiting: 3, started: 1, budget: 1, admissionBlocked: true })
 
-      // the budget allows two more, but the hook holds them
+      // the budget allows two more, but the hook holds them: once it has refused the group's first
+      // rollout (asked only because the budget let it through), nothing of the group has started
       hold = true
       expect(yield* trainer.SetAdmission({ budget: 3 })).toMatchObject({ budget: 3, started: 1 })
-      yield* Effect.sleep("500 millis")
+      yield* waitFor(() => refused.some((r) => r.groupId === group.groupId), 20_000)
+      expect(refused.every((r) => r.groupId === group.groupId && r.rolloutId === group.rolloutIds[0])).toBe(true) // the oldest first, never overtaken
       expect(yield* trainer.Status()).toMatchObject({ waiting: 3, started: 1, admissionBlocked: true })
       hold = false
       yield* controller.reconsider
       yield* waitFor(() => events.filter((e) => e.groupId === group.groupId).length === 2, 20_000)
-      yield* Effect.sleep("300 millis")
-      expect(yield* trainer.Status()).toMatchObject({ waiting: 1, running: 0, started: 3, admissionBlocked: true })
+      // the two have ended (not just reported), and a pass has seen the third over budget with
+      // free slots: it would have started it then
+      const two = events.filter((e) => e.groupId === group.groupId).map((e) => e.rolloutId)
+      yield* Effect.forEach(two, (id) => controller.awaitRollout(id))
+      expect(yield* statusOnce((s) => s.admissionBlocked || s.waiting < 1)).toMatchObject({ waiting: 1, running: 0, started: 3, admissionBlocked: true })
 
       // unlimited: the last one runs
       yield* trainer.SetAdmission({ budget: null })

@@ -108,6 +108,7 @@ describe("rollout controller over a cluster", () => {
         expect(ended.every((e) => e.reward === 1)).toBe(true)
 
         let lost = 0
+        const stored = new Map<string, string | null>() // attempt id → the reason recorded in the store
         for (const id of group.rolloutIds) {
           const detail = yield* store.rollout(id)
           expect(detail.rollout.state).toBe("succeeded")
@@ -122,17 +123,26 @@ describe("rollout controller over a cluster", () => {
             expect(x.reason).toMatch(/^infra\/node-lost: /)
             lost++
           }
+          for (const x of detail.attempts) stored.set(x.id, x.reason)
         }
         expect(lost).toBeGreaterThan(0)
+
+        // every attempt gets exactly one event (the last ones may still be on their way)
+        yield* waitFor(() => events.length === stored.size, 5_000)
+        expect(events.map((e) => e.attemptId).sort()).toEqual([...stored.keys()].sort())
+        // each event says what the store says, and the retried ones say why: b's kill, seen either
+        // as node b going down or as the launch call to it breaking
+        for (const e of events) expect(e.reason).toBe(stored.get(e.attemptId))
+        const bId = b.id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
         const retried = events.filter((e) => !e.final)
-        expect(retried.map((e) => [e.node, e.outcome._tag, e.reason])).toEqual(retried.map((e) => [b.id, "InfraFailed", e.reason]))
+        expect(retried).toHaveLength(lost)
+        for (const e of retried) {
+          expect([e.node, e.state, e.outcome._tag]).toEqual([b.id, "failed", "InfraFailed"])
+          expect(e.outcome).toMatchObject({ reason: "node-lost", retryable: true })
+          expect(e.reason).toMatch(new RegExp(`^infra/node-lost: (launcher node ${bId} went down|launch on ${bId} failed: .+) \\(retried as attempt ${e.attemptIndex + 2}\\)$`))
+        }
         const final = events.filter((e) => e.final)
         expect(final.map((e) => [e.node, e.reason])).toEqual(final.map(() => [a.id, "exit code 0"]))
-
-        const attemptIds: Array<string> = []
-        for (const id of group.rolloutIds) attemptIds.push(...(yield* store.rollout(id)).attempts.map((x) => x.id))
-        yield* waitFor(() => events.length === attemptIds.length, 5_000)
-        expect(events.map((e) => e.attemptId).sort()).toEqual(attemptIds.sort())
       }).pipe(Effect.provide(layers))
     }), { timeout: 90_000 })
 })

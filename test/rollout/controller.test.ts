@@ -10,7 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Store } from "@reins/gateway"
 import { type AttemptFinished, type LaunchUpdate, Task, VerifierSpec } from "@reins/protocol"
 import { ActorSystem, Probe } from "@reins/runtime"
-import { Chunk, Context, Effect, Exit, Fiber, Layer, Scope, Stream } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Scope, Stream } from "effect"
 import { chmodSync, copyFileSync, existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -97,8 +97,21 @@ describe("rollout controller (local launcher, real store)", () => {
       const events = yield* collect
       // the same feed over the actor protocol (a Trainer on another node would use this)
       const ref = yield* ControllerActor.client
-      const remote = yield* Effect.forkScoped(Stream.runCollect(Stream.take(ref.Events(), 6)))
-      yield* Effect.sleep("100 millis")
+      const viaActor: Array<AttemptFinished> = []
+      yield* Effect.forkScoped(Stream.runForEach(ref.Events(), (e) => Effect.sync(() => void viaActor.push(e))))
+      // That feed is live once it has delivered an event; until then, probe rollouts (held by the
+      // hook and cancelled while waiting: no process starts) publish one every 20 ms.
+      const probes = new Set<string>()
+      yield* controller.setAdmission(() => Effect.succeed(false))
+      for (let i = 0; viaActor.length === 0; i++) {
+        if (i === 500) return yield* Effect.die(new Error("the event feed over the actor protocol never delivered"))
+        const probe = yield* controller.submit({ task: answerTask("probe", "0"), size: 1 })
+        probes.add(probe.groupId)
+        yield* controller.cancel(probe.rolloutIds[0]!, "probing the event feed")
+        yield* Effect.sleep("20 millis")
+      }
+      yield* controller.setAdmission(null)
+      const ofGroups = (list: ReadonlyArray<AttemptFinished>) => list.filter((e) => !probes.has(e.groupId))
 
       const right = yield* controller.submit({ task: answerTask("sum", "4", 100), size: 3, taskExtra: { reference: "4" } })
       const wrong = yield* ref.Submit({ task: answerTask("product", "5"), size: 3, taskExtra: { reference: "6" } })
@@ -115,11 +128,13 @@ describe("rollout controller (local launcher, real store)", () => {
         expect(detail.attempts[0]!.reason).toBe("exit code 0")
         expect(detail.rewards.map((r) => r.value)).toEqual([right.rolloutIds.includes(id) ? 1 : 0])
       }
-      expect(events.every((e) => e.final && e.rewardSource === "verifier" && e.outcome._tag === "Succeeded" && e.node === "local")).toBe(true)
-      yield* expectOneEventPerAttempt(events, [...right.rolloutIds, ...wrong.rolloutIds])
-      const viaActor = Chunk.toArray(yield* Fiber.join(remote).pipe(Effect.timeout("10 seconds")))
-      expect(viaActor.map((e) => e.attemptId).sort()).toEqual(events.map((e) => e.attemptId).sort())
-      expect((yield* controller.status)).toMatchObject({ waiting: 0, running: 0, ended: 6 })
+      const real = ofGroups(events)
+      expect(real.every((e) => e.final && e.rewardSource === "verifier" && e.outcome._tag === "Succeeded" && e.node === "local")).toBe(true)
+      yield* expectOneEventPerAttempt(real, [...right.rolloutIds, ...wrong.rolloutIds])
+      // the actor's feed brings the same six (they may still be on their way)
+      yield* waitFor(() => ofGroups(viaActor).length >= real.length, 10_000)
+      expect(ofGroups(viaActor).map((e) => e.attemptId).sort()).toEqual(real.map((e) => e.attemptId).sort())
+      expect((yield* controller.status)).toMatchObject({ waiting: 0, running: 0, ended: 6 + probes.size })
     }).pipe(Effect.provide(controllerActorLayer.pipe(Layer.provideMerge(localLayers({ dir: freshDir() }))))))
 
   it.scopedLive("retries an infrastructure failure as a new attempt; a behaviour failure is not retried", () => {

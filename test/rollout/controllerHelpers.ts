@@ -16,12 +16,15 @@ import {
 
 export const controllerFixture = (name: string) => fileURLToPath(new URL(`./controller-fixtures/${name}`, import.meta.url))
 
+// Niceness 0, not the launcher's default 19 (as in helpers.ts): beside busy processes a nice-19
+// harness can wait past its 20 s timeout for its first slices (seen with two busy loops running).
 export const harnessSpec = (fields: Partial<ConstructorParameters<typeof HarnessSpec>[0]> = {}) =>
   new HarnessSpec({
     command: [process.execPath, controllerFixture("harness.mjs")],
     timeout_s: 20,
     grace_s: 1,
-    verifier: new VerifierSpec({ command: [process.execPath, controllerFixture("verifier.mjs")], timeout_s: 10 }),
+    nice: 0,
+    verifier: new VerifierSpec({ command: [process.execPath, controllerFixture("verifier.mjs")], timeout_s: 10, nice: 0 }),
     ...fields
   })
 

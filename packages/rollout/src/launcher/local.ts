@@ -64,15 +64,22 @@ export const makeLocalLauncher = (options: LocalLauncherOptions): Launcher => {
         pidFile: files.pidFile,
         pidRecord: { attemptId: spec.attemptId, rolloutId: spec.rolloutId }
       })
+      // The attempt is forgotten before anyone hears how it ended (not by a fiber that may run
+      // later): whoever sees the outcome can launch the same id again and gets a new run.
+      const forget = Effect.sync(() => {
+        if (running.get(spec.attemptId) === handle) running.delete(spec.attemptId)
+      })
+      const ended = (exit: Effect.Effect<GroupExit>) => Effect.map(Effect.zipLeft(exit, forget), classifyExit)
       const handle: AttemptHandle = {
         rolloutId: spec.rolloutId,
         attemptId: spec.attemptId,
         files,
-        outcome: Effect.map(group.exit, classifyExit),
-        cancel: (reason: string) => Effect.map(group.stop(reason), classifyExit)
+        outcome: ended(group.exit),
+        cancel: (reason: string) => ended(group.stop(reason))
       }
       running.set(spec.attemptId, handle)
-      yield* Effect.forkDaemon(Effect.ensuring(group.exit, Effect.sync(() => running.delete(spec.attemptId))))
+      // ...and forgotten when nobody asks, too.
+      yield* Effect.forkDaemon(handle.outcome)
       return handle
     })
 
