@@ -17,7 +17,7 @@ import { LORA_TARGETS, LoraConfig, type LoraTarget, loraSites } from "../../mode
 import type { Weights } from "../../model/transformer.js"
 import { toF32 } from "../dtype.js"
 import { encodeSafetensors, SafetensorsReader, type TensorEntry } from "../safetensors.js"
-import { hfName } from "./weights.js"
+import { hfName, transpose } from "./weights.js"
 
 export const ADAPTER_CONFIG_FILE = "adapter_config.json"
 export const ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -36,12 +36,6 @@ export class PeftError extends Error {
 const peftName = (param: string, which: "lora_A" | "lora_B"): string => {
   const module = hfName(param).hf.replace(/\.weight$/, "")
   return `base_model.model.${module}.${which}.weight`
-}
-
-const transpose = (x: Float32Array, rows: number, cols: number): Float32Array => {
-  const out = new Float32Array(x.length)
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = x[i * cols + j]!
-  return out
 }
 
 /** Writes adapter_config.json and adapter_model.safetensors (F32) into `dir`. */

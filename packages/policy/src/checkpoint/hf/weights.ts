@@ -69,7 +69,7 @@ export const hfName = (name: string): HfName => {
 }
 
 /** [rows, cols] row-major → [cols, rows]. */
-const transpose = (x: Float32Array, rows: number, cols: number): Float32Array => {
+export const transpose = (x: Float32Array, rows: number, cols: number): Float32Array => {
   const out = new Float32Array(x.length)
   for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = x[i * cols + j]!
   return out
