@@ -54,7 +54,14 @@ export const ChatAssistantMessage = Schema.Struct({
   content: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.Union(ChatTextPart, ChatRefusalPart))))),
   refusal: Schema.optional(Schema.NullOr(Schema.String)),
   tool_calls: Schema.optional(Schema.Array(ChatToolCall)),
-  name: Schema.optional(Schema.String)
+  name: Schema.optional(Schema.String),
+  /**
+   * The reasoning of a reasoning model's reply, as the Gateway returned it (vLLM's field; newer
+   * vLLM calls it `reasoning`). Templates that keep reasoning in context (Qwen3's, within a tool
+   * loop) render it back.
+   */
+  reasoning_content: Schema.optional(Schema.NullOr(Schema.String)),
+  reasoning: Schema.optional(Schema.NullOr(Schema.String))
 })
 export type ChatAssistantMessage = typeof ChatAssistantMessage.Type
 

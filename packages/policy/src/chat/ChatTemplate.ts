@@ -45,19 +45,18 @@ import type { ChatMessage, ChatTool } from "@reins/protocol"
 import { readFileSync } from "node:fs"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { ChatTemplateError } from "./ChatTemplateError.js"
+import { encodeRendered, markerPattern } from "./encodeRendered.js"
 import { mapStrings, markerEscaper, type MarkerEscaper } from "./MarkerEscape.js"
+import type { OutputParsers } from "./OutputParsers.js"
+import type { PreviousCall, PromptTemplate } from "./PromptTemplate.js"
+
+export type { PreviousCall } from "./PromptTemplate.js"
 
 export interface RenderOptions {
   /** The request's `tools` (OpenAI shape); rendered into the first system turn. */
   readonly tools?: ReadonlyArray<ChatTool> | undefined
   /** Append the generation prompt (`<|im_start|>assistant\n`). Default false. */
   readonly addGenerationPrompt?: boolean | undefined
-}
-
-/** What the Gateway keeps from an earlier call to build the next prompt. */
-export interface PreviousCall {
-  readonly promptIds: ArrayLike<number>
-  readonly outputIds: ArrayLike<number>
 }
 
 /** The default template's source text (chat_template.jinja next to this file). */
@@ -70,7 +69,12 @@ const TURN_END_TOKEN = "<|im_end|>"
 
 const describe = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
-export class ChatTemplate {
+/** reins's template writes calls as `<tool_call>` blocks and has no reasoning block. */
+const PARSERS: OutputParsers = { tool: "hermes", reasoning: "none" }
+
+export class ChatTemplate implements PromptTemplate {
+  readonly kind = "reins" as const
+  readonly parsers: OutputParsers = PARSERS
   /** The text the generation prompt appends, e.g. `<|im_start|>assistant\n`. */
   readonly generationPrompt: string
   /** What the template writes after an assistant message's content, e.g. `<|im_end|>\n`. */
@@ -197,11 +201,7 @@ export class ChatTemplate {
     let entry = this.escapers.get(tokenizer)
     if (entry === undefined) {
       const markers = tokenizer.addedTokens.map((t) => t.content)
-      const sorted = [...markers].sort((a, b) => b.length - a.length)
-      entry = {
-        escaper: markerEscaper(markers),
-        pattern: markers.length > 0 ? new RegExp(sorted.map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|"), "g") : undefined
-      }
+      entry = { escaper: markerEscaper(markers), pattern: markerPattern(markers) }
       this.escapers.set(tokenizer, entry)
     }
     return entry
@@ -218,28 +218,6 @@ const suffixAfter = (head: string, full: string, k: number): string => {
     })
   }
   return full.slice(head.length)
-}
-
-/** Escaped rendering → ids: markers left in the text are the template's own control tokens. */
-const encodeRendered = (tokenizer: Tokenizer, text: string, pattern: RegExp | undefined, escaper: MarkerEscaper): Int32Array => {
-  if (pattern === undefined) return tokenizer.encode(escaper.unescape(text))
-  const parts: Array<Int32Array> = []
-  let last = 0
-  for (const m of text.matchAll(pattern)) {
-    parts.push(tokenizer.encode(escaper.unescape(text.slice(last, m.index))))
-    parts.push(Int32Array.of(tokenizer.tokenId(m[0])!))
-    last = m.index + m[0].length
-  }
-  parts.push(tokenizer.encode(escaper.unescape(text.slice(last))))
-  let n = 0
-  for (const p of parts) n += p.length
-  const out = new Int32Array(n)
-  n = 0
-  for (const p of parts) {
-    out.set(p, n)
-    n += p.length
-  }
-  return out
 }
 
 /** A conversation that exercises every branch of a template. */

@@ -1,6 +1,9 @@
 export * from "./ChatTemplateError.js"
 export { ChatTemplate, DEFAULT_CHAT_TEMPLATE, CHAT_TEMPLATE_FILE, type RenderOptions, type PreviousCall } from "./ChatTemplate.js"
 export { loadChatTemplate, saveChatTemplate } from "./ChatTemplateFiles.js"
+export type { PromptTemplate, PromptOptions } from "./PromptTemplate.js"
+export { HfPromptTemplate } from "./HfPromptTemplate.js"
+export { loadPromptTemplate, savePromptTemplate, type LoadPromptTemplateOptions } from "./PromptTemplateFiles.js"
 export {
   parseToolCalls,
   TOOL_CALL_OPEN,

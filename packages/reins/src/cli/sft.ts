@@ -146,7 +146,12 @@ const startingPolicy = (s: Settings, demoLines: ReadonlyArray<DemoLine>) =>
     const policy = yield* Effect.promise(() => import("@reins/policy"))
     if (s.init !== undefined) {
       const dir = yield* policy.loadModelDir(s.init)
-      return { ...dir, version: dir.config.version + 1, fresh: false }
+      const chatTemplate = dir.chatTemplate
+      // Demos are laid out by ChatTemplate's turn rule (sft/sequences.ts), which a Hugging Face template need not follow.
+      if (!(chatTemplate instanceof policy.ChatTemplate)) {
+        return yield* new SftError({ message: `--init ${s.init}: reins sft lays demos out with reins's own chat template; this model has a Hugging Face one` })
+      }
+      return { ...dir, chatTemplate, version: dir.config.version + 1, fresh: false }
     }
     const template: ChatTemplate = s.template === undefined
       ? compactChatTemplate()
