@@ -2,17 +2,52 @@
  * `reins train` as a real process, killed with SIGKILL in the middle of a collocated run and
  * started again with `--resume`: it continues from its newest checkpoint (the lost versions are
  * redone, none is recorded twice), reaches `max_versions` and writes its summary and report.
+ * The resumed process serves the checkpoint's weights: the log-probabilities it recorded for the
+ * tokens it sampled at the checkpoint's version are those the checkpoint's tensors compute.
  */
-import { VersionMetrics } from "@reins/protocol"
+import { SqliteStore, Store } from "@reins/gateway"
+import { initBackend, loadModelDir, scoreSequences, Transformer } from "@reins/policy"
+import { type LlmCall, VersionMetrics } from "@reins/protocol"
 import { readJsonl } from "@reins/trainer"
 import { Effect } from "effect"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
-import { join } from "node:path"
+import { basename, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { exitWithin, waitFor, workspace, writeTinyRun } from "./trainFixture.js"
 
 const ws = workspace("train-resume")
 afterAll(ws.cleanup)
+
+/** Same weights: the engine's logprobs and a forward pass agree to ~1e-6 here (test/policy/engine.test.ts holds them to 1e-4). */
+const SAME_WEIGHTS = 1e-3
+
+/** The calls the resumed process answered with tokens of `version` only, from its store. */
+const resumedCalls = (storeFile: string, since: number, version: number) =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const store = yield* Store
+      const calls: Array<LlmCall> = []
+      for (const r of (yield* store.rollouts({ limit: 500 })).rollouts) {
+        for (const c of (yield* store.rollout(r.id)).calls) {
+          if (c.status === 200 && c.timings.receivedAt >= since && c.outputIds.length > 0 && c.versions.every((v) => v === version)) calls.push(c)
+        }
+      }
+      return calls
+    }).pipe(Effect.provide(SqliteStore.layer({ filename: storeFile })))
+  )
+
+/** Largest |recorded − computed| logprob over the calls' output tokens, with the weights of model directory `dir`. */
+const maxLogprobGap = async (dir: string, calls: ReadonlyArray<LlmCall>) => {
+  const loaded = await Effect.runPromise(loadModelDir(dir))
+  const model = Transformer.fromWeights(loaded.config, loaded.weights)
+  let gap = 0
+  for (const c of calls) {
+    const tokens = Int32Array.from([...c.promptIds, ...c.outputIds])
+    const [lp] = scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: loaded.config.contextLength })
+    for (let i = 0; i < c.outputIds.length; i++) gap = Math.max(gap, Math.abs(lp![c.promptIds.length + i]! - c.logprobs[i]!))
+  }
+  return gap
+}
 
 describe("reins train", () => {
   it("resumes from its newest checkpoint after kill -9, without recording a version twice", async () => {
@@ -27,10 +62,18 @@ describe("reins train", () => {
     )
     first.child.kill("SIGKILL")
     await first.exited
+    // Killed by the signal, mid-run: it had not reached max_versions nor written its summary.
+    expect(first.child.signalCode, first.output()).toBe("SIGKILL")
+    expect(existsSync(join(runDir(), "summary.json"))).toBe(false)
+    expect(existsSync(join(runDir(), "checkpoints", "v000004.cursor.json"))).toBe(false)
 
+    const resumedAt = Date.now()
     const second = ws.reins(["train", "run.json", "--resume", runDir()])
     expect(await exitWithin(second, 150_000), second.output()).toBe(0)
-    expect(second.output()).toMatch(/resuming from version [2-4]/)
+    // Version 2 or 3: whatever the first process had checkpointed when the kill reached it.
+    const resumed = Number(/resuming from version (\d+)/.exec(second.output())?.[1])
+    expect(resumed, second.output()).toBeGreaterThanOrEqual(2)
+    expect(resumed).toBeLessThan(4)
 
     const metrics = await Effect.runPromise(readJsonl(join(runDir(), "metrics.jsonl"), VersionMetrics))
     expect(metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])
@@ -38,5 +81,18 @@ describe("reins train", () => {
     expect(summary).toMatchObject({ versions: 4, harness_errors: 0, context_full_calls: 0 })
     expect(existsSync(join(runDir(), "report.md"))).toBe(true)
     expect(existsSync(join(runDir(), "checkpoints", "v000004", "model.safetensors"))).toBe(true)
+
+    // What the resumed process served before its first update came from the checkpoint's tensors,
+    // not from the model directory it started with (the base policy).
+    const calls = await resumedCalls(join(ws.dir, ".reins", "runs", basename(runDir()), "reins.db"), resumedAt, resumed)
+    expect(calls.length).toBeGreaterThan(0)
+    await initBackend()
+    const checkpoint = join(runDir(), "checkpoints", `v${String(resumed).padStart(6, "0")}`)
+    const fromCheckpoint = await maxLogprobGap(checkpoint, calls)
+    const fromBase = await maxLogprobGap(join(ws.dir, "model"), calls)
+    console.log(`resumed at v${resumed}: ${calls.length} calls; max logprob gap ${fromCheckpoint.toExponential(2)} to the checkpoint, ${fromBase.toExponential(2)} to the base`)
+    expect(fromCheckpoint).toBeLessThan(SAME_WEIGHTS)
+    // The tolerance tells the two apart: two updates moved these logprobs far past it (~7e-2).
+    expect(fromBase).toBeGreaterThan(SAME_WEIGHTS)
   }, 320_000)
 })

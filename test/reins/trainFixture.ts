@@ -46,11 +46,14 @@ export const writeTinyRun = async (dir: string, trainer: Record<string, unknown>
     name: "tiny",
     model: "model",
     tasks: "tasks.jsonl",
+    // Niceness 0, not the launcher's default 19: on a machine other work keeps busy, agents at 19
+    // get next to no CPU and time out before a version is trained (as in the schedules test).
     harness: {
       command: [process.execPath, fixture("agent.mjs")],
       timeout_s: 60,
       grace_s: 1,
-      verifier: { command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20 }
+      nice: 0,
+      verifier: { command: [process.execPath, fixture("verifier.mjs")], timeout_s: 20, nice: 0 }
     },
     trainer: { batch_groups: 2, group_size: 2, async_groups: 3, max_staleness: 1, lr: 1e-3, micro_batch_tokens: 2048, ...trainer },
     concurrency: 4,
