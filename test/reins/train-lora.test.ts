@@ -5,42 +5,15 @@
  * and the tokens the Gateway sampled at that version have exactly the log-probabilities those
  * merged weights compute — the Gateway served base + adapter through the pause/update/resume.
  */
-import { SqliteStore, Store } from "@reins/gateway"
-import { initBackend, loadModelDir, scoreSequences, Transformer } from "@reins/policy"
-import type { LlmCall } from "@reins/protocol"
+import { initBackend, loadModelDir } from "@reins/policy"
 import { Effect } from "effect"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { exitWithin, workspace, writeTinyRun } from "./trainFixture.js"
+import { callsAtVersion, exitWithin, maxLogprobGap, workspace, writeTinyRun } from "./trainFixture.js"
 
 const ws = workspace("train-lora")
 afterAll(ws.cleanup)
-
-const callsAt = (storeFile: string, version: number) =>
-  Effect.runPromise(
-    Effect.gen(function*() {
-      const store = yield* Store
-      const calls: Array<LlmCall> = []
-      for (const r of (yield* store.rollouts({ limit: 500 })).rollouts) {
-        for (const c of (yield* store.rollout(r.id)).calls) if (c.status === 200 && c.outputIds.length > 0 && c.versions.every((v) => v === version)) calls.push(c)
-      }
-      return calls
-    }).pipe(Effect.provide(SqliteStore.layer({ filename: storeFile })))
-  )
-
-/** Largest |recorded − computed| logprob over the calls' sampled tokens, with `dir`'s weights. */
-const logprobGap = (dir: { readonly config: Transformer["config"]; readonly weights: Record<string, Float32Array> }, calls: ReadonlyArray<LlmCall>) => {
-  const model = Transformer.fromWeights(dir.config, dir.weights)
-  let gap = 0
-  for (const c of calls) {
-    const tokens = Int32Array.from([...c.promptIds, ...c.outputIds])
-    const [lp] = scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: dir.config.contextLength })
-    for (let i = 0; i < c.outputIds.length; i++) gap = Math.max(gap, Math.abs(lp![c.promptIds.length + i]! - c.logprobs[i]!))
-  }
-  model.dispose()
-  return gap
-}
 
 describe("reins train with LoRA", () => {
   it("trains adapters only, checkpoints them in PEFT layout, and serves base + adapter", async () => {
@@ -69,11 +42,11 @@ describe("reins train with LoRA", () => {
       expect(moved("layers.0.attn.wk")).toBe(0)
       expect(moved("layers.0.mlp.w1")).toBe(0)
       // Tokens sampled at this version carry the merged weights' log-probabilities.
-      const calls = await callsAt(storeFile, version)
+      const calls = await callsAtVersion(storeFile, version)
       if (version === 2) expect(calls.length).toBeGreaterThan(0) // v3 is the last: nothing may sample with it
-      expect(logprobGap(merged, calls)).toBeLessThan(1e-3)
+      expect(await maxLogprobGap(join(runDir, "checkpoints", `v00000${version}`), calls)).toBeLessThan(1e-3)
       // …and not the base's: the check can tell the two apart.
-      if (version === 2) expect(logprobGap(baseModel, calls)).toBeGreaterThan(1e-2)
+      if (version === 2) expect(await maxLogprobGap(join(ws.dir, "model"), calls)).toBeGreaterThan(1e-2)
     }
   }, 480_000)
 })

@@ -5,49 +5,20 @@
  * The resumed process serves the checkpoint's weights: the log-probabilities it recorded for the
  * tokens it sampled at the checkpoint's version are those the checkpoint's tensors compute.
  */
-import { SqliteStore, Store } from "@reins/gateway"
-import { initBackend, loadModelDir, scoreSequences, Transformer } from "@reins/policy"
-import { type LlmCall, VersionMetrics } from "@reins/protocol"
+import { initBackend } from "@reins/policy"
+import { VersionMetrics } from "@reins/protocol"
 import { readJsonl } from "@reins/trainer"
 import { Effect } from "effect"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { basename, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { exitWithin, waitFor, workspace, writeTinyRun } from "./trainFixture.js"
+import { callsAtVersion, exitWithin, maxLogprobGap, waitFor, workspace, writeTinyRun } from "./trainFixture.js"
 
 const ws = workspace("train-resume")
 afterAll(ws.cleanup)
 
 /** Same weights: the engine's logprobs and a forward pass agree to ~1e-6 here (test/policy/engine.test.ts holds them to 1e-4). */
 const SAME_WEIGHTS = 1e-3
-
-/** The calls the resumed process answered with tokens of `version` only, from its store. */
-const resumedCalls = (storeFile: string, since: number, version: number) =>
-  Effect.runPromise(
-    Effect.gen(function*() {
-      const store = yield* Store
-      const calls: Array<LlmCall> = []
-      for (const r of (yield* store.rollouts({ limit: 500 })).rollouts) {
-        for (const c of (yield* store.rollout(r.id)).calls) {
-          if (c.status === 200 && c.timings.receivedAt >= since && c.outputIds.length > 0 && c.versions.every((v) => v === version)) calls.push(c)
-        }
-      }
-      return calls
-    }).pipe(Effect.provide(SqliteStore.layer({ filename: storeFile })))
-  )
-
-/** Largest |recorded − computed| logprob over the calls' output tokens, with the weights of model directory `dir`. */
-const maxLogprobGap = async (dir: string, calls: ReadonlyArray<LlmCall>) => {
-  const loaded = await Effect.runPromise(loadModelDir(dir))
-  const model = Transformer.fromWeights(loaded.config, loaded.weights)
-  let gap = 0
-  for (const c of calls) {
-    const tokens = Int32Array.from([...c.promptIds, ...c.outputIds])
-    const [lp] = scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: loaded.config.contextLength })
-    for (let i = 0; i < c.outputIds.length; i++) gap = Math.max(gap, Math.abs(lp![c.promptIds.length + i]! - c.logprobs[i]!))
-  }
-  return gap
-}
 
 describe("reins train", () => {
   it("resumes from its newest checkpoint after kill -9, without recording a version twice", async () => {
@@ -84,7 +55,7 @@ describe("reins train", () => {
 
     // What the resumed process served before its first update came from the checkpoint's tensors,
     // not from the model directory it started with (the base policy).
-    const calls = await resumedCalls(join(ws.dir, ".reins", "runs", basename(runDir()), "reins.db"), resumedAt, resumed)
+    const calls = await callsAtVersion(join(ws.dir, ".reins", "runs", basename(runDir()), "reins.db"), resumed, resumedAt)
     expect(calls.length).toBeGreaterThan(0)
     await initBackend()
     const checkpoint = join(runDir(), "checkpoints", `v${String(resumed).padStart(6, "0")}`)

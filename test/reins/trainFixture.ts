@@ -1,5 +1,7 @@
 /** Shared by the `reins train` process tests: a tiny policy, a task set, a run config, child processes with bounded lifetimes. */
-import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
+import { SqliteStore, Store } from "@reins/gateway"
+import { defaultModelConfig, defaultTokenizer, initModelDir, loadModelDir, scoreSequences, Transformer } from "@reins/policy"
+import type { LlmCall } from "@reins/protocol"
 import { Effect } from "effect"
 import { killReinsChildren, type ReinsChild, spawnReins } from "../reinsCli.js"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
@@ -59,4 +61,37 @@ export const writeTinyRun = async (dir: string, trainer: Record<string, unknown>
     concurrency: 4,
     eval: { enabled: false }
   }))
+}
+
+/** The successful calls of a run's store whose output tokens were all sampled by `version` (and received from `since` on). */
+export const callsAtVersion = (storeFile: string, version: number, since = 0) =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const store = yield* Store
+      const calls: Array<LlmCall> = []
+      for (const r of (yield* store.rollouts({ limit: 500 })).rollouts) {
+        for (const c of (yield* store.rollout(r.id)).calls) {
+          if (c.status === 200 && c.timings.receivedAt >= since && c.outputIds.length > 0 && c.versions.every((v) => v === version)) calls.push(c)
+        }
+      }
+      return calls
+    }).pipe(Effect.provide(SqliteStore.layer({ filename: storeFile })))
+  )
+
+/**
+ * Largest |recorded − computed| logprob over the calls' output tokens, with the weights of model
+ * directory `dir` (a LoRA checkpoint: its base with the adapter merged). The TensorFlow.js
+ * backend must be initialised.
+ */
+export const maxLogprobGap = async (dir: string, calls: ReadonlyArray<LlmCall>) => {
+  const loaded = await Effect.runPromise(loadModelDir(dir))
+  const model = Transformer.fromWeights(loaded.config, loaded.weights)
+  let gap = 0
+  for (const c of calls) {
+    const tokens = Int32Array.from([...c.promptIds, ...c.outputIds])
+    const [lp] = scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: loaded.config.contextLength })
+    for (let i = 0; i < c.outputIds.length; i++) gap = Math.max(gap, Math.abs(lp![c.promptIds.length + i]! - c.logprobs[i]!))
+  }
+  model.dispose()
+  return gap
 }
