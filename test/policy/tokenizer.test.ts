@@ -190,7 +190,7 @@ describe("tokenizer.json", () => {
     const cases: Array<[string, (f: any) => unknown, RegExp]> = [
       ["not an object", () => 42, /expected a JSON object, got number/],
       ["WordPiece", (f) => ((f.model.type = "WordPiece"), f), /model\b[\s\S]*type[\s\S]*BPE/],
-      ["normalizer", (f) => ((f.normalizer = { type: "NFC" }), f), /normalizer/],
+      ["normalizer", (f) => ((f.normalizer = { type: "NFKC" }), f), /normalizer\.type "NFKC"/],
       ["prefix space", (f) => ((f.pre_tokenizer.add_prefix_space = true), f), /add_prefix_space/],
       ["missing byte", (f) => (delete f.model.vocab["Ā"], f), /lacks byte 0x00/],
       ["unknown merge part", (f) => (f.model.merges.push(["nope", "x"]), f), /merges\[\d+\] uses "nope"/],

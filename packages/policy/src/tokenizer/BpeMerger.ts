@@ -9,23 +9,48 @@
 
 /** A merge table keyed by the ids of the two parts. */
 export interface MergeTable {
-  /** Rank of the merge of `left` and `right`, or undefined when they do not merge. */
-  readonly rank: (left: number, right: number) => number | undefined
+  /** Rank of the merge of `left` and `right`, or -1 when they do not merge. */
+  readonly rank: (left: number, right: number) => number
   /** The id of the token that merge `rank` produces. */
   readonly result: Int32Array
 }
 
-/** Builds a `MergeTable` from `[leftId, rightId, resultId]` triples in rank order. */
-export const makeMergeTable = (merges: ReadonlyArray<readonly [number, number, number]>, vocabSize: number): MergeTable => {
-  const ranks = new Map<number, number>()
-  const result = new Int32Array(merges.length)
-  merges.forEach(([l, r, m], rank) => {
-    const key = l * vocabSize + r
+/**
+ * Builds a `MergeTable` from the merges in rank order: `left[k] + right[k] → result[k]`.
+ *
+ * An open-addressing hash table over typed arrays: a 150k-merge vocabulary (Qwen, Llama 3)
+ * builds in milliseconds and a lookup allocates nothing, where a `Map` keyed by `l * size + r`
+ * hashes heap numbers (the key outgrows small integers) and is built from 150k tuples.
+ */
+export const makeMergeTable = (left: Int32Array, right: Int32Array, result: Int32Array): MergeTable => {
+  const n = result.length
+  let capacity = 16
+  while (capacity < n * 2) capacity *= 2
+  const mask = capacity - 1
+  const keyL = new Int32Array(capacity).fill(-1)
+  const keyR = new Int32Array(capacity)
+  const ranks = new Int32Array(capacity)
+  const slot = (l: number, r: number) => (Math.imul(l, 0x9e3779b1) ^ Math.imul(r + 0x7f4a7c15, 0x85ebca77)) >>> 0
+  for (let k = 0; k < n; k++) {
+    const l = left[k]!
+    const r = right[k]!
+    let i = slot(l, r) & mask
+    while (keyL[i] !== -1 && (keyL[i] !== l || keyR[i] !== r)) i = (i + 1) & mask
     // A duplicated pair keeps its first (lowest) rank, as a Map built from the merge list would.
-    if (!ranks.has(key)) ranks.set(key, rank)
-    result[rank] = m
-  })
-  return { rank: (l, r) => ranks.get(l * vocabSize + r), result }
+    if (keyL[i] === -1) {
+      keyL[i] = l
+      keyR[i] = r
+      ranks[i] = k
+    }
+  }
+  const rank = (l: number, r: number): number => {
+    for (let i = slot(l, r) & mask; ; i = (i + 1) & mask) {
+      const kl = keyL[i]!
+      if (kl === -1) return -1
+      if (kl === l && keyR[i] === r) return ranks[i]!
+    }
+  }
+  return { rank, result }
 }
 
 /** Merges the symbol ids of one word (already mapped from bytes) in place; returns the result. */
@@ -46,7 +71,7 @@ export const mergeWord = (table: MergeTable, symbols: Int32Array): Int32Array =>
     const j = next[i]!
     if (j < 0) return
     const rank = table.rank(sym[i]!, sym[j]!)
-    if (rank !== undefined) heap.push(rank * n + i)
+    if (rank >= 0) heap.push(rank * n + i)
   }
   for (let i = 0; i < n - 1; i++) push(i)
 

@@ -1,37 +1,54 @@
 /**
- * A byte-level BPE tokenizer that reads and writes Hugging Face `tokenizer.json`.
+ * A byte-level BPE tokenizer that reads and writes Hugging Face `tokenizer.json`: reins's own,
+ * GPT-2/SmolLM2-style files, and the Qwen2/Qwen3 and Llama 3 files (Split regex pre-tokenizers,
+ * NFC, `ignore_merges`, added tokens); see TokenizerPipeline.ts for what is refused.
  *
- * Why our own encoder rather than `@huggingface/tokenizers` (0.2.0, which does load our files and
- * gives the same ids — test/policy/tokenizer.test.ts checks that on random text):
+ * Why our own encoder rather than `@huggingface/tokenizers` (0.2.0, which loads the same files and
+ * gives the same ids — test/policy/tokenizer.test.ts checks that on random text for ours, and
+ * tokenizer-hf.test.ts on a varied corpus for the real Qwen3 and Llama 3 files):
  * - it always turns added-token text into control ids; there is no way to encode a user's
  *   message that literally contains `<|im_end|>` as plain text, which the chat template needs;
  * - its decode throws on an empty id list and by default "cleans up" spaces (`a .` → `a.`),
  *   so `decode(encode(s)) === s` would not hold without care;
- * - its merge step keys pairs by `JSON.stringify([a, b])` strings; ours keys them by ids and
- *   returns `Int32Array`s. Measured here on 300 kB of English text (vocab 4096, same ids):
- *   ~110 ms cold / ~30 ms warm for ours versus ~400 ms / ~330 ms for the library, which
- *   matters because the Gateway tokenizes every request.
+ * - its merge step keys pairs by `JSON.stringify([a, b])` strings; ours keys them by ids in a
+ *   hash table and returns `Int32Array`s. On the real Qwen3 and Llama 3 files and a 1.2 MB
+ *   varied corpus (`npm run bench -- tokenizer`, same ids for every document): ~4 MB/s cold
+ *   and 6–10 MB/s warm for ours versus 0.3–0.6 MB/s for the library, which matters because the
+ *   Gateway tokenizes every request.
  *
- * Control tokens (`added_tokens`) are matched in text only when `encode(text, { allowSpecial:
- * true })` asks for it; by default their text is ordinary bytes. Decoding always renders a
- * control id as its text.
+ * Added tokens and text (the rule the chat template and the Gateway rely on):
+ * - `encode(text)` never yields the id of an added token, special (`<|im_end|>`, `<|eot_id|>`)
+ *   or not (Qwen's `<tool_call>`, `<think>`): text from a harness that spells one is text. The
+ *   ids are exactly what the library gives for the same file with `added_tokens` emptied (the
+ *   text is normalized, split and merged whole). The library itself would match even the
+ *   non-special ones in any text, so that a user's literal `<tool_call>` could forge a call.
+ * - `encode(text, { allowSpecial: true })` is exactly the library's `encode(text,
+ *   add_special_tokens=False)`: every added token is matched in the raw text first (longest
+ *   first) and the pieces between are encoded on their own. Only for text whose markers the
+ *   caller wrote (a rendered template).
+ * - Nothing is ever added around the text (no BOS from a post-processor): like
+ *   `apply_chat_template`, the template writes its own.
+ * Decoding renders a control id as its text, as the library does without skip_special_tokens.
  */
-import { byteToChar, splitWords, vocabStringToBytes } from "./ByteLevel.js"
+import { byteToChar, charToByte } from "./ByteLevel.js"
 import { makeMergeTable, mergeWord, type MergeTable } from "./BpeMerger.js"
 import { TokenizerError } from "./TokenizerError.js"
 import { specFromJson, specToJson, type AddedToken, type TokenizerSpec } from "./TokenizerJson.js"
+import { compilePipeline, GPT2_PIPELINE, type TextPipeline } from "./TokenizerPipeline.js"
 
 export interface EncodeOptions {
   /**
    * When true, the text of an added token (`<|im_start|>`, `<|im_end|>`, ...) becomes its id.
-   * When false (the default), it is encoded as the plain bytes it is made of, so text from a
-   * user can never forge a turn boundary. Use true only for text whose markers you wrote.
+   * When false (the default), it is encoded as ordinary text, so text from a user can never
+   * forge a turn boundary or a tool call. Use true only for text whose markers you wrote.
    */
   readonly allowSpecial?: boolean
 }
 
-/** The end-of-turn tokens, in order of preference for `eosId`. */
-const EOS_CANDIDATES = ["<|im_end|>", "<|endoftext|>"] as const
+/** The end-of-turn tokens (ChatML, Llama 3), in order of preference for `eosId`. */
+const EOS_CANDIDATES = ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>"] as const
+/** Every token a model of these families ends a turn or a document with (Llama 3.1 adds `<|eom_id|>`). */
+const STOP_TOKENS = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end_of_text|>"] as const
 
 const WORD_CACHE_LIMIT = 50_000
 
@@ -44,43 +61,68 @@ const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 export class Tokenizer {
   /** One more than the largest id: the size of the model's embedding table. */
   readonly vocabSize: number
-  /** The token that ends a turn: `<|im_end|>`, or `<|endoftext|>` if there is no `<|im_end|>`. */
+  /** The token that ends a turn: the first present of `<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, `<|end_of_text|>`. */
   readonly eosId: number
-  /** Ids at which generation stops: every one of `<|im_end|>` and `<|endoftext|>` present. */
+  /** Ids at which generation stops by default: every end-of-turn or end-of-text token present. */
   readonly stopIds: ReadonlyArray<number>
   readonly addedTokens: ReadonlyArray<AddedToken>
 
   private readonly spec: TokenizerSpec
-  private readonly idBytes: Array<Uint8Array | undefined>
+  /**
+   * The bytes of every vocabulary token back to back (one allocation, not 150k): token `id` is
+   * `tokenData[tokenStart[id] ..][.. tokenLength[id]]`; the length is -1 (or the index past the
+   * end) for ids that are not vocabulary entries.
+   */
+  private readonly tokenData: Uint8Array
+  private readonly tokenStart: Int32Array
+  private readonly tokenLength: Int32Array
   private readonly idAdded: Map<number, string>
   private readonly addedIds: Map<string, number>
   private readonly addedPattern: RegExp | undefined
   private readonly byteIds: Int32Array
   private readonly merges: MergeTable
   private readonly vocabIds: Map<string, number>
+  private readonly text: TextPipeline
   private readonly wordCache = new Map<string, Int32Array>()
   private readonly utf8 = new TextEncoder()
 
   private constructor(spec: TokenizerSpec) {
     this.spec = spec
-    this.vocabIds = new Map(spec.vocab.map(([s, id]) => [s, id] as const))
-    if (this.vocabIds.size !== spec.vocab.length) fail("tokenizer.json: model.vocab has duplicate strings")
-
+    this.text = compilePipeline(spec.pipeline ?? GPT2_PIPELINE)
+    // Plain loops: these run over 150k entries for the real vocabularies.
     let maxId = -1
-    this.idBytes = []
-    for (const [s, id] of spec.vocab) {
-      const bytes = vocabStringToBytes(s) ?? fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
-      if (this.idBytes[id] !== undefined) fail(`tokenizer.json: id ${id} is used by two vocab entries`)
-      this.idBytes[id] = bytes
-      maxId = Math.max(maxId, id)
+    let total = 0
+    for (let k = 0; k < spec.vocab.length; k++) {
+      const [s, id] = spec.vocab[k]!
+      if (id > maxId) maxId = id
+      total += s.length // one character per byte in a byte-level vocabulary
     }
+    this.vocabIds = new Map()
+    this.tokenData = new Uint8Array(total)
+    this.tokenStart = new Int32Array(maxId + 1)
+    this.tokenLength = new Int32Array(maxId + 1).fill(-1)
+    let at = 0
+    for (let k = 0; k < spec.vocab.length; k++) {
+      const [s, id] = spec.vocab[k]!
+      this.vocabIds.set(s, id)
+      if (this.tokenLength[id]! >= 0) fail(`tokenizer.json: id ${id} is used by two vocab entries`)
+      this.tokenStart[id] = at
+      this.tokenLength[id] = s.length
+      for (let i = 0; i < s.length; i++) {
+        const code = s.charCodeAt(i)
+        const b = code < 512 ? charToByte[code]! : -1
+        if (b < 0) fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
+        this.tokenData[at++] = b
+      }
+    }
+    if (this.vocabIds.size !== spec.vocab.length) fail("tokenizer.json: model.vocab has duplicate strings")
 
     this.idAdded = new Map()
     this.addedIds = new Map()
     for (const t of spec.addedTokens) {
-      const clash = this.idBytes[t.id]
+      const clash = this.isVocab(t.id)
       // GPT-2 lists <|endoftext|> both in the vocab and as an added token; that is the same token.
-      if (clash !== undefined && spec.vocab.find(([, id]) => id === t.id)?.[0] !== t.content) {
+      if (clash && spec.vocab.find(([, id]) => id === t.id)?.[0] !== t.content) {
         fail(`tokenizer.json: added token ${JSON.stringify(t.content)} reuses id ${t.id} of a vocab entry`)
       }
       if (this.idAdded.has(t.id) || this.addedIds.has(t.content)) fail(`tokenizer.json: added token ${JSON.stringify(t.content)} (id ${t.id}) is defined twice`)
@@ -98,20 +140,31 @@ export class Tokenizer {
         fail(`tokenizer.json: the vocabulary lacks byte 0x${b.toString(16).padStart(2, "0")} (${JSON.stringify(byteToChar[b])}); not a byte-level BPE`)
     }
 
-    this.merges = makeMergeTable(
-      spec.merges.map(([l, r], i) => {
-        const id = (s: string) => this.vocabIds.get(s) ?? fail(`tokenizer.json: model.merges[${i}] uses ${JSON.stringify(s)}, which is not in the vocab`)
-        return [id(l), id(r), id(l + r)] as const
-      }),
-      this.vocabSize
-    )
+    const n = spec.merges.length
+    const left = new Int32Array(n)
+    const right = new Int32Array(n)
+    const result = new Int32Array(n)
+    for (let k = 0; k < n; k++) {
+      const [l, r] = spec.merges[k]!
+      const lid = this.vocabIds.get(l)
+      const rid = this.vocabIds.get(r)
+      const mid = this.vocabIds.get(l + r)
+      if (lid === undefined || rid === undefined || mid === undefined) {
+        const missing = lid === undefined ? l : rid === undefined ? r : l + r
+        fail(`tokenizer.json: model.merges[${k}] uses ${JSON.stringify(missing)}, which is not in the vocab`)
+      }
+      left[k] = lid!
+      right[k] = rid!
+      result[k] = mid!
+    }
+    this.merges = makeMergeTable(left, right, result)
 
     const contents = [...this.addedIds.keys()].sort((a, b) => b.length - a.length)
     this.addedPattern = contents.length > 0 ? new RegExp(contents.map(escapeRegExp).join("|"), "g") : undefined
 
-    const stops = EOS_CANDIDATES.map((t) => this.addedIds.get(t)).filter((id): id is number => id !== undefined)
-    this.stopIds = stops
-    this.eosId = stops[0] ?? fail(`tokenizer.json: needs an end-of-turn added token (${EOS_CANDIDATES.join(" or ")})`)
+    const present = (tokens: ReadonlyArray<string>) => tokens.map((t) => this.addedIds.get(t)).filter((id): id is number => id !== undefined)
+    this.stopIds = present(STOP_TOKENS)
+    this.eosId = present(EOS_CANDIDATES)[0] ?? fail(`tokenizer.json: needs an end-of-turn added token (${EOS_CANDIDATES.join(" or ")})`)
   }
 
   /** Builds a tokenizer from its parts (what the trainer produces). Throws `TokenizerError`. */
@@ -141,7 +194,9 @@ export class Tokenizer {
 
   /** The bytes an ordinary token stands for; undefined for added tokens and unused ids. */
   tokenBytes(id: number): Uint8Array | undefined {
-    return this.idBytes[id]
+    if (!this.isVocab(id)) return undefined
+    const start = this.tokenStart[id]!
+    return this.tokenData.subarray(start, start + this.tokenLength[id]!)
   }
 
   /**
@@ -167,24 +222,27 @@ export class Tokenizer {
   /** Ids → text. Control ids become their text. Throws `TokenizerError` on an unknown id. */
   decode(ids: ArrayLike<number>): string {
     const utf8 = new TextDecoder("utf-8", { ignoreBOM: true })
+    const { tokenData, tokenStart, tokenLength } = this
     let text = ""
-    let run: Array<Uint8Array> = []
-    const flush = () => {
-      if (run.length > 0) text += utf8.decode(concatBytes(run))
-      run = []
-    }
-    for (let i = 0; i < ids.length; i++) {
-      const id = ids[i]!
-      const bytes = this.idBytes[id]
-      if (bytes !== undefined) {
-        run.push(bytes)
+    for (let i = 0; i < ids.length; ) {
+      // A run of byte tokens is decoded as one byte string (a character may span tokens); a
+      // control token ends the run.
+      let j = i
+      let n = 0
+      while (j < ids.length && this.isVocab(ids[j]!)) n += tokenLength[ids[j++]!]!
+      if (j > i) {
+        const bytes = new Uint8Array(n)
+        let at = 0
+        for (; i < j; i++) {
+          const id = ids[i]!
+          for (let k = tokenStart[id]!, end = k + tokenLength[id]!; k < end; k++) bytes[at++] = tokenData[k]!
+        }
+        text += utf8.decode(bytes)
         continue
       }
-      const added = this.idAdded.get(id) ?? this.unknownId(id)
-      flush()
-      text += added
+      const id = ids[i++]!
+      text += this.idAdded.get(id) ?? this.unknownId(id)
     }
-    flush()
     return text
   }
 
@@ -193,9 +251,16 @@ export class Tokenizer {
     return fail(`token id ${id} is not in the vocabulary (size ${this.vocabSize})`)
   }
 
+  private isVocab(id: number): boolean {
+    // A typed-array read past the end (or at -1, 1.5, NaN) is undefined: not a vocabulary id.
+    return (this.tokenLength[id] ?? -1) >= 0
+  }
+
   private encodePlain(text: string, out: IdBuffer): void {
     if (text.length === 0) return
-    for (const word of splitWords(text)) out.pushAll(this.encodeWord(word))
+    const words: Array<string> = []
+    this.text.split(this.text.normalize(text), words)
+    for (const word of words) out.pushAll(this.encodeWord(word))
   }
 
   private encodeWord(word: string): Int32Array {
@@ -222,19 +287,6 @@ const bytesToString = (bytes: Uint8Array): string => {
   let s = ""
   for (const b of bytes) s += byteToChar[b]
   return s
-}
-
-const concatBytes = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
-  if (parts.length === 1) return parts[0]!
-  let n = 0
-  for (const p of parts) n += p.length
-  const out = new Uint8Array(n)
-  let at = 0
-  for (const p of parts) {
-    out.set(p, at)
-    at += p.length
-  }
-  return out
 }
 
 /** A growable Int32Array. */

@@ -1,12 +1,14 @@
 /**
  * Reading and writing the Hugging Face `tokenizer.json` format, restricted to the variant reins
- * implements: a byte-level BPE (`model.type: "BPE"`, `ByteLevel` pre-tokenizer with the GPT-2
- * pattern, `ByteLevel` decoder, no normalizer) plus `added_tokens` for control tokens.
+ * implements: a byte-level BPE (`model.type: "BPE"`) with the stages of TokenizerPipeline.ts
+ * (GPT-2 ByteLevel, or the Split regexes of Qwen2/Qwen3 and Llama 3; NFC or no normalizer) plus
+ * `added_tokens` for control tokens.
  *
  * Anything outside that variant is rejected with a message naming the field, rather than loaded
  * and silently tokenized differently from the library that wrote the file.
  */
 import { Either, ParseResult, Schema } from "effect"
+import { GPT2_PIPELINE, pipelineFromJson, pipelineToJson, type PipelineSpec } from "./TokenizerPipeline.js"
 import { TokenizerError } from "./TokenizerError.js"
 
 /** A token matched verbatim in text before BPE (`<|im_end|>`); HF calls these added tokens. */
@@ -26,6 +28,8 @@ export interface TokenizerSpec {
   readonly addedTokens: ReadonlyArray<AddedToken>
   /** HF `ignore_merges`: a word that is itself in the vocabulary becomes that token directly. */
   readonly ignoreMerges: boolean
+  /** Normalizer, pre-tokenizer, post-processor and decoder; absent means the GPT-2 variant. */
+  readonly pipeline?: PipelineSpec
 }
 
 const Id = Schema.Int.pipe(Schema.nonNegative())
@@ -41,17 +45,11 @@ const AddedTokenJson = Schema.Struct({
   normalized: OptBool
 })
 
-const ByteLevelJson = Schema.Struct({
-  type: Schema.Literal("ByteLevel"),
-  add_prefix_space: OptBool,
-  trim_offsets: OptBool,
-  use_regex: OptBool
-})
-
 const BpeModelJson = Schema.Struct({
   type: Schema.Literal("BPE"),
-  vocab: Schema.Record({ key: Schema.String, value: Id }),
-  merges: Schema.Array(Schema.Union(Schema.String, Schema.Tuple(Schema.String, Schema.String))),
+  // Checked by readVocab / readMerges: a schema over 150k entries costs seconds per load.
+  vocab: Schema.Unknown,
+  merges: Schema.Unknown,
   dropout: Schema.optional(Schema.NullOr(Schema.Number)),
   unk_token: Schema.optional(Schema.NullOr(Schema.String)),
   continuing_subword_prefix: Schema.optional(Schema.NullOr(Schema.String)),
@@ -66,10 +64,11 @@ const TokenizerJsonSchema = Schema.Struct({
   truncation: Schema.optional(Schema.Unknown),
   padding: Schema.optional(Schema.Unknown),
   added_tokens: Schema.optionalWith(Schema.Array(AddedTokenJson), { default: () => [] }),
+  // Read by pipelineFromJson, which names the field of anything it does not implement.
   normalizer: Schema.optional(Schema.Unknown),
-  pre_tokenizer: ByteLevelJson,
-  post_processor: Schema.optional(Schema.NullOr(ByteLevelJson)),
-  decoder: ByteLevelJson,
+  pre_tokenizer: Schema.optional(Schema.Unknown),
+  post_processor: Schema.optional(Schema.Unknown),
+  decoder: Schema.optional(Schema.Unknown),
   model: BpeModelJson
 })
 
@@ -77,21 +76,50 @@ const fail = (message: string): never => {
   throw new TokenizerError({ message: `tokenizer.json: ${message}` })
 }
 
-/** Checks the options that would change how text is split or decoded, which we do not do. */
-const checkSupported = (json: typeof TokenizerJsonSchema.Type): void => {
-  const { model, pre_tokenizer: pre } = json
-  if (json.normalizer != null) fail(`normalizer ${JSON.stringify(json.normalizer)} is not supported (reins tokenizers are byte-level BPE without normalization)`)
-  if (pre.add_prefix_space) fail("pre_tokenizer.add_prefix_space = true is not supported (it breaks decode(encode(s)) === s)")
-  if (pre.use_regex === false) fail("pre_tokenizer.use_regex = false is not supported (reins splits words with the GPT-2 pattern)")
+const readVocab = (vocab: unknown): Array<readonly [string, number]> => {
+  if (vocab === null || typeof vocab !== "object" || Array.isArray(vocab)) return fail("model.vocab must be an object of token → id")
+  const entries = Object.entries(vocab)
+  for (const [token, id] of entries) {
+    if (!Number.isInteger(id) || id < 0) fail(`model.vocab[${JSON.stringify(token)}] is ${JSON.stringify(id)}, not a non-negative integer id`)
+  }
+  return entries as Array<[string, number]>
+}
+
+/** Merges as `[left, right]`, from pairs or the legacy "left right" strings. */
+const readMerges = (merges: unknown): Array<readonly [string, string]> => {
+  if (!Array.isArray(merges)) return fail("model.merges must be an array")
+  const out = new Array<readonly [string, string]>(merges.length)
+  for (let i = 0; i < merges.length; i++) {
+    const m: unknown = merges[i]
+    if (typeof m === "string") {
+      const parts = m.split(" ")
+      out[i] = parts.length === 2 ? [parts[0]!, parts[1]!] : fail(`model.merges[${i}] ${JSON.stringify(m)} is not "left right"`)
+    } else if (Array.isArray(m) && m.length === 2 && typeof m[0] === "string" && typeof m[1] === "string") {
+      out[i] = m as [string, string]
+    } else {
+      fail(`model.merges[${i}] ${JSON.stringify(m)} is not a pair of strings`)
+    }
+  }
+  return out
+}
+
+/** Checks the model and added-token options that would change how text is encoded. */
+const checkSupported = (json: typeof TokenizerJsonSchema.Type, pipeline: PipelineSpec): void => {
+  const { model } = json
   if (model.dropout != null && model.dropout !== 0) fail("model.dropout is not supported (encoding must be deterministic)")
   if (model.continuing_subword_prefix) fail("model.continuing_subword_prefix is not supported by a byte-level BPE")
   if (model.end_of_word_suffix) fail("model.end_of_word_suffix is not supported by a byte-level BPE")
   if (model.byte_fallback) fail("model.byte_fallback is not supported (byte-level BPE needs no fallback)")
-  for (const t of json.added_tokens) {
+  json.added_tokens.forEach((t, i) => {
     if (t.lstrip || t.rstrip || t.single_word) {
       fail(`added token ${JSON.stringify(t.content)}: lstrip/rstrip/single_word are not supported (they change the text)`)
     }
-  }
+    // A normalized added token is matched in the normalized text, which can differ from matching
+    // it in the raw text (NFC composes ">" + U+0338). The library defaults the flag to true.
+    if (pipeline.normalizer !== null && t.normalized !== false) {
+      fail(`added_tokens[${i}].normalized (${JSON.stringify(t.content)}) must be false with a normalizer: reins matches added tokens in the raw text`)
+    }
+  })
 }
 
 /** Parses a `tokenizer.json` value (already JSON-parsed). Throws `TokenizerError`. */
@@ -107,20 +135,16 @@ export const specFromJson = (json: unknown): TokenizerSpec => {
     fail(`not a byte-level BPE tokenizer file: ${issues.map((i) => where(i.path) + i.message).join("; ")}`)
   }
   const file = (decoded as Either.Right<never, typeof TokenizerJsonSchema.Type>).right
-  checkSupported(file)
+  const pipeline = pipelineFromJson(file)
+  checkSupported(file, pipeline)
   return {
-    vocab: Object.entries(file.model.vocab),
-    merges: file.model.merges.map((m, i) => {
-      if (typeof m !== "string") return m
-      const parts = m.split(" ")
-      return parts.length === 2 ? ([parts[0]!, parts[1]!] as const) : fail(`model.merges[${i}] ${JSON.stringify(m)} is not "left right"`)
-    }),
+    vocab: readVocab(file.model.vocab),
+    merges: readMerges(file.model.merges),
     addedTokens: file.added_tokens.map((t) => ({ id: t.id, content: t.content, special: t.special })),
-    ignoreMerges: file.model.ignore_merges ?? false
+    ignoreMerges: file.model.ignore_merges ?? false,
+    pipeline
   }
 }
-
-const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true } as const
 
 /** The `tokenizer.json` object for a spec, in the layout the `tokenizers` library writes. */
 export const specToJson = (spec: TokenizerSpec): object => ({
@@ -136,10 +160,7 @@ export const specToJson = (spec: TokenizerSpec): object => ({
     normalized: false,
     special: t.special
   })),
-  normalizer: null,
-  pre_tokenizer: byteLevel,
-  post_processor: byteLevel,
-  decoder: byteLevel,
+  ...pipelineToJson(spec.pipeline ?? GPT2_PIPELINE),
   model: {
     type: "BPE",
     dropout: null,
