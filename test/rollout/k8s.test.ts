@@ -17,13 +17,16 @@ import {
   runAttempt,
   TASK_FILE_IN_POD
 } from "@reins/rollout"
-import { Effect, Exit, Scope } from "effect"
+import { Effect, Exit, Fiber, Scope, TestClock } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll } from "vitest"
 import { nextId, tempDir, verifier, waitFor } from "./helpers.js"
 import { K8sDouble, type K8sDoubleOptions, type Script } from "./k8sDouble.js"
+
+/** A pause on the real clock, for polling where the test clock runs the code under test. */
+const realSleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
 const data = tempDir("k8s")
 afterAll(() => data.cleanup())
@@ -220,7 +223,7 @@ describe("Kubernetes Job launcher", () => {
       const s = spec()
       // First incarnation: launches, then goes away leaving its Job running ("leave").
       const first = yield* Scope.make()
-      const old = yield* launcherFor(d, { onScopeClose: "leave", controllerId: "ctl-a" }).pipe(Scope.extend(first))
+      const old = yield* launcherFor(d, { onScopeClose: "leave", owner: "ctl-a" }).pipe(Scope.extend(first))
       yield* old.launch(s).pipe(Scope.extend(first))
       yield* waitFor(() => d.jobs().length === 1)
       yield* Scope.close(first, Exit.void)
@@ -228,7 +231,7 @@ describe("Kubernetes Job launcher", () => {
       expect(d.deletes).toHaveLength(0)
 
       // Second incarnation: adopt finds it and follows it to the end.
-      const fresh = yield* launcherFor(d, { controllerId: "ctl-a" })
+      const fresh = yield* launcherFor(d, { owner: "ctl-a" })
       const adopted = yield* fresh.adopt
       expect(adopted).toHaveLength(1)
       const a = adopted[0]!
@@ -243,32 +246,132 @@ describe("Kubernetes Job launcher", () => {
       expect(d.creates).toHaveLength(1)
 
       // A third launcher that skipped adopt: create → 409 AlreadyExists → adopts the existing Job.
-      const third = yield* launcherFor(d, { controllerId: "ctl-a" })
+      const third = yield* launcherFor(d, { owner: "ctl-a" })
       const joined = yield* third.launch(s)
       expect(yield* joined.outcome).toMatchObject({ _tag: "Succeeded" })
       expect(d.creates).toHaveLength(1)
       expect(d.requests.filter((r) => r.method === "POST")).toHaveLength(2)
-      // Another controller's adopt does not take these Jobs.
-      const other = yield* launcherFor(d, { controllerId: "ctl-b" })
+      // Another launcher's adopt does not take these Jobs.
+      const other = yield* launcherFor(d, { owner: "ctl-b" })
       expect(yield* other.adopt).toHaveLength(0)
     }))
 
-  it.scopedLive("Job creation honours the rate limit (token bucket)", () =>
+  it.scopedLive("two launchers on one API server own their Jobs: a restart adopts only its own, a stop deletes only its own", () =>
+    Effect.gen(function*() {
+      const d = yield* double()
+      let release = () => {}
+      const gate = new Promise<void>((resolve) => (release = resolve))
+      scripted(d, {}, { kind: "complete", afterMs: 10, log: "done\n", gate })
+      const scopeA = yield* Scope.make()
+      const scopeB = yield* Scope.make()
+      yield* Effect.addFinalizer(() => Effect.zipRight(Scope.close(scopeA, Exit.void), Scope.close(scopeB, Exit.void)))
+      // a is stopped as a kill -9 would (its Jobs stay); b deletes its Jobs when it stops
+      const a = yield* launcherFor(d, { owner: "node-a", onScopeClose: "leave" }).pipe(Scope.extend(scopeA))
+      const b = yield* launcherFor(d, { owner: "node-b" }).pipe(Scope.extend(scopeB))
+      const ofA = [spec(), spec()]
+      const ofB = [spec(), spec()]
+      yield* Effect.forEach(ofA, (s) => a.launch(s).pipe(Scope.extend(scopeA)))
+      const handlesB = yield* Effect.forEach(ofB, (s) => b.launch(s).pipe(Scope.extend(scopeB)))
+      yield* waitFor(() => d.pods().filter((p) => p.status.phase === "Running").length === 4)
+      const ownerOf = (s: AttemptSpec) => d.jobs().find((j) => j.metadata.name === jobName(s.attemptId))?.metadata.labels["reins.dev/owner"]
+      expect([...ofA, ...ofB].map(ownerOf)).toEqual(["node-a", "node-a", "node-b", "node-b"])
+
+      // a goes away; restarted with the same identity it adopts exactly its own Jobs
+      yield* Scope.close(scopeA, Exit.void)
+      const again = yield* launcherFor(d, { owner: "node-a" })
+      const adopted = yield* again.adopt
+      expect(adopted.map((x) => (x._tag === "Following" ? x.handle.attemptId : "")).sort()).toEqual(ofA.map((s) => s.attemptId).sort())
+      // a launcher with a new identity adopts nothing of the live ones
+      expect(yield* (yield* launcherFor(d, { owner: "node-c" })).adopt).toEqual([])
+
+      // b stops: its Jobs are deleted, a's are untouched and still followed to their end
+      yield* Scope.close(scopeB, Exit.void)
+      expect((yield* Effect.forEach(handlesB, (h) => h.outcome)).map((o) => o._tag)).toEqual(["Cancelled", "Cancelled"])
+      expect(d.deletes.map((x) => x.name).sort()).toEqual(ofB.map((s) => jobName(s.attemptId)).sort())
+      yield* waitFor(() => d.jobs().length === 2)
+      release()
+      const outcomes = yield* Effect.forEach(adopted, (x) => (x._tag === "Following" ? x.handle.outcome : Effect.die("not followed")))
+      expect(outcomes.map((o) => o._tag)).toEqual(["Succeeded", "Succeeded"])
+      expect(d.creates).toHaveLength(4)
+    }))
+
+  it.scopedLive("takeOver: a Job handed over is relabelled and followed by its new owner; its old owner neither follows nor deletes it", () =>
+    Effect.gen(function*() {
+      const d = yield* double()
+      let release = () => {}
+      const gate = new Promise<void>((resolve) => (release = resolve))
+      scripted(d, {}, { kind: "complete", afterMs: 10, log: "finished on the new owner\n", gate })
+      // a left its Job running when it stopped (a rolling update)
+      const scopeA = yield* Scope.make()
+      const a = yield* launcherFor(d, { owner: "node-a", onScopeClose: "leave" }).pipe(Scope.extend(scopeA))
+      const left = spec()
+      const leftHandle = yield* a.launch(left).pipe(Scope.extend(scopeA))
+      yield* waitFor(() => d.jobs().length === 1)
+      yield* Scope.close(scopeA, Exit.void)
+      expect(yield* leftHandle.outcome).toMatchObject({ _tag: "InfraFailed", reason: "handed-over", retryable: false })
+
+      const b = yield* launcherFor(d, { owner: "node-b" })
+      const missing = nextId("missing")
+      const taken = yield* b.takeOver!([{ attemptId: left.attemptId, namespace: "default" }, { attemptId: missing, namespace: "default" }])
+      expect(taken.map((x) => [x._tag, x._tag === "Following" ? x.handle.attemptId : x.attemptId])).toEqual([["Following", left.attemptId], ["Reaped", missing]])
+      expect(d.jobs()[0]!.metadata.labels["reins.dev/owner"]).toBe("node-b")
+      // a restarted with its old identity finds nothing of its own any more
+      expect(yield* (yield* launcherFor(d, { owner: "node-a" })).adopt).toEqual([])
+
+      // a live launcher whose Job is taken over stops following it without deleting it
+      const scopeA2 = yield* Scope.make()
+      const a2 = yield* launcherFor(d, { owner: "node-a" }).pipe(Scope.extend(scopeA2))
+      const moved = spec()
+      const movedHandle = yield* a2.launch(moved).pipe(Scope.extend(scopeA2))
+      yield* waitFor(() => d.jobs().length === 2)
+      const [second] = yield* b.takeOver!([{ attemptId: moved.attemptId, namespace: "default" }])
+      expect(yield* movedHandle.outcome).toMatchObject({ _tag: "InfraFailed", reason: "handed-over", message: expect.stringContaining("taken over by launcher node-b") })
+      yield* Scope.close(scopeA2, Exit.void)
+      expect(d.deletes).toEqual([])
+
+      release()
+      const first = taken[0]!
+      if (first._tag !== "Following" || second?._tag !== "Following") return yield* Effect.die("not followed")
+      expect(yield* first.handle.outcome).toMatchObject({ _tag: "Succeeded" })
+      expect(yield* second.handle.outcome).toMatchObject({ _tag: "Succeeded" })
+      expect(readFileSync(first.handle.files.stdout, "utf8")).toBe("finished on the new owner\n")
+      expect(d.creates).toHaveLength(2)
+      // the relabel is a compare-and-swap JSON patch
+      expect(d.requests.filter((r) => r.method === "PATCH")).toHaveLength(2)
+    }))
+
+  // On the test clock: the launcher's token bucket sleeps on it, so the test decides when a token
+  // comes, and each create that reaches the server is the event of one more token (no timing).
+  it.scoped("Job creation honours the rate limit (token bucket): a burst, then one create per 1/rate seconds", () =>
     Effect.gen(function*() {
       const d = yield* double()
       const launcher = yield* launcherFor(d, { createRate: { perSecond: 8, burst: 2 } })
-      yield* Effect.forEach(Array.from({ length: 6 }, () => spec()), (s) => launcher.launch(s), { concurrency: "unbounded" })
-      expect(d.creates).toHaveLength(6)
-      const times = d.creates.map((c) => c.at)
-      // Token bucket: any window of w ms holds at most burst + rate × w creates. 120 ms of slack
-      // for the time a request takes from the bucket to the server on a busy machine.
-      for (let i = 0; i < times.length; i++) {
-        for (let j = i + 1; j < times.length; j++) {
-          expect(j - i + 1).toBeLessThanOrEqual(2 + Math.floor(((times[j]! - times[i]! + 120) * 8) / 1000))
-        }
+      // scoped: interrupted while the test clock is still there, also when an assertion fails
+      const launches = yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 6 }, () => spec()), (s) => launcher.launch(s), { concurrency: "unbounded" }))
+      // the creates waiting for a token: sleeps due within a second (the rest are reconcile and give-up timers)
+      const waiting = Effect.map(TestClock.sleeps(), (due) => [...due].filter((at) => at <= 1_000).sort((a, b) => a - b))
+      const settled = (creates: number) =>
+        Effect.gen(function*() {
+          for (let i = 0; i < 500; i++) {
+            if (d.creates.length === creates && d.creates.length + (yield* waiting).length === 6) return
+            if (d.creates.length > creates) return
+            yield* realSleep(10)
+          }
+        })
+      // the burst is served at once; the other four each wait for their own token, 125 ms apart
+      yield* settled(2)
+      expect(d.creates).toHaveLength(2)
+      expect(yield* waiting).toEqual([125, 250, 375, 500])
+      for (const [i, next] of [[3, [250, 375, 500]], [4, [375, 500]], [5, [500]], [6, []]] as const) {
+        yield* TestClock.adjust("124 millis")
+        yield* settled(i - 1)
+        expect(d.creates).toHaveLength(i - 1) // a millisecond early: still waiting
+        yield* TestClock.adjust("1 millis")
+        yield* settled(i)
+        expect(d.creates).toHaveLength(i)
+        expect(yield* waiting).toEqual(next)
       }
-      // The limit bit: after the burst of 2, four more creates need 4 / 8 s (unlimited: a few ms).
-      expect(times[5]! - times[0]!).toBeGreaterThanOrEqual(4 * 125 - 120)
+      expect(yield* Fiber.join(launches)).toHaveLength(6)
     }))
 
   it.scopedLive("422 Invalid is a clear, non-retried rejection; a name taken by another attempt is a conflict", () =>
@@ -327,16 +430,21 @@ describe("Kubernetes Job launcher", () => {
   it.scopedLive("watches are re-established (from the last resourceVersion) when the server closes them", () =>
     Effect.gen(function*() {
       const d = yield* double()
-      scripted(d, {}, { kind: "complete", afterMs: 600 })
+      // The Job ends only once the watches were closed and opened again.
+      let release = () => {}
+      const gate = new Promise<void>((resolve) => (release = resolve))
+      scripted(d, {}, { kind: "complete", afterMs: 0, gate })
       // No reconcile during the test: the outcome can only come through the watch.
       const launcher = yield* launcherFor(d, { reconcileInterval: "1 hour" })
       const handle = yield* launcher.launch(spec())
-      yield* waitFor(() => d.watchRequests("jobs").length === 1 && d.pods().length === 1)
-      yield* Effect.sleep("100 millis")
-      expect(d.closeWatches()).toBeGreaterThanOrEqual(2)
-      expect(yield* handle.outcome).toMatchObject({ _tag: "Succeeded" })
+      yield* waitFor(() => d.openWatches("jobs") === 1 && d.openWatches("pods") === 1 && d.pods().length === 1)
+      expect(d.closeWatches()).toBe(2)
+      yield* waitFor(() => d.openWatches("jobs") === 1 && d.openWatches("pods") === 1)
+      release()
+      expect(yield* handle.outcome.pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the Job's end never came through the new watch") })))
+        .toMatchObject({ _tag: "Succeeded" })
       const rewatch = d.watchRequests("jobs")
-      expect(rewatch.length).toBeGreaterThanOrEqual(2)
+      expect(rewatch).toHaveLength(2)
       // Re-watched from where the first watch was, not relisted.
       expect(rewatch[1]!.query.resourceVersion).toMatch(/^\d+$/)
       expect(Number(rewatch[1]!.query.resourceVersion)).toBeGreaterThanOrEqual(Number(rewatch[0]!.query.resourceVersion))

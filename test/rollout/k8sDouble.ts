@@ -4,10 +4,13 @@
  * @kubernetes/client-node code (request building, serialization, Watch, ApiException).
  *
  * Implemented:
- * - batch/v1 Jobs: POST (create, 201), GET (one / list with labelSelector), DELETE (with
+ * - batch/v1 Jobs: POST (create, 201), GET (one / list with labelSelector), PATCH (JSON patch,
+ *   `application/json-patch+json`, with `test` ops: 422 when one fails; merge patch), DELETE (with
  *   propagationPolicy in the query or a DeleteOptions body; pods are garbage-collected right
  *   after unless Orphan), `?watch=true` streams of newline-delimited watch events (ADDED /
- *   MODIFIED / DELETED) from a resourceVersion, with replay of retained history, `ERROR` 410
+ *   MODIFIED / DELETED) from a resourceVersion, with replay of retained history — an object whose
+ *   labels change to leave a watch's selector is DELETED for that watch, one that enters it
+ *   ADDED, as the real API server's watch cache does —, `ERROR` 410
  *   for compacted versions (or on demand: `expireNextWatch`), and the server closing watches (`closeWatches()`, `watchTimeoutMs`
  *   or `timeoutSeconds`).
  * - v1 Pods: list / watch by labelSelector, `/pods/{name}/log` (text/plain, `container`,
@@ -53,6 +56,7 @@ interface FaultRule {
   readonly path: RegExp
   readonly status: number
   readonly reason?: string
+  readonly message?: string
   readonly retryAfterS?: number
   times: number
 }
@@ -126,7 +130,7 @@ export class K8sDouble {
 
   private rv = 1
   private readonly store: Record<Kind, Map<string, Obj>> = { jobs: new Map(), pods: new Map() }
-  private readonly history: Array<{ rv: number; kind: Kind; type: string; object: Obj }> = []
+  private readonly history: Array<{ rv: number; kind: Kind; type: string; object: Obj; previous: Obj | undefined }> = []
   private readonly watchers = new Set<Watcher>()
   private readonly timers = new Set<NodeJS.Timeout>()
   private readonly jobTimers = new Map<string, Array<NodeJS.Timeout>>()
@@ -168,9 +172,14 @@ export class K8sDouble {
     return this.requests.filter((r) => r.method === "GET" && r.path.endsWith(`/${kind}`) && (r.query.watch === "true" || r.query.watch === "1"))
   }
 
-  /** The next `times` requests matching method and path get `status` (429 with Retry-After, 500, 409, 422, ...). */
-  failNext(rule: { method: string; path: RegExp; status: number; reason?: string; retryAfterS?: number; times?: number }): void {
+  /** The next `times` requests matching method and path get `status` (429 with Retry-After, 500, 403, 409, 422, ...). */
+  failNext(rule: { method: string; path: RegExp; status: number; reason?: string; message?: string; retryAfterS?: number; times?: number }): void {
     this.faults.push({ ...rule, times: rule.times ?? 1 })
+  }
+
+  /** Watches open now (of one kind). */
+  openWatches(kind: Kind): number {
+    return [...this.watchers].filter((w) => w.kind === kind).length
   }
 
   /** The server ends every open watch (as real API servers do periodically). */
@@ -211,7 +220,7 @@ export class K8sDouble {
     if (fault !== undefined) {
       fault.times--
       const headers: Record<string, string> = fault.retryAfterS === undefined ? {} : { "retry-after": String(fault.retryAfterS) }
-      return this.status(res, fault.status, fault.reason ?? defaultReason(fault.status), `injected ${fault.status}`, undefined, headers)
+      return this.status(res, fault.status, fault.reason ?? defaultReason(fault.status), fault.message ?? `injected ${fault.status}`, undefined, headers)
     }
     let m: RegExpExecArray | null
     if ((m = /^\/apis\/batch\/v1\/namespaces\/([^/]+)\/jobs$/.exec(url.pathname))) {
@@ -223,6 +232,7 @@ export class K8sDouble {
       const job = this.store.jobs.get(key)
       if (job === undefined) return this.status(res, 404, "NotFound", `jobs.batch "${m[2]}" not found`, { name: m[2], group: "batch", kind: "jobs" })
       if (req.method === "GET") return json(res, 200, { apiVersion: "batch/v1", kind: "Job", ...job })
+      if (req.method === "PATCH") return this.patchJob(res, job, req.headers["content-type"] ?? "", body)
       if (req.method === "DELETE") {
         const policy = query.propagationPolicy ?? (safeParse(body) as Obj | undefined)?.propagationPolicy
         this.deletes.push({ name: m[2]!, propagationPolicy: policy })
@@ -274,7 +284,8 @@ export class K8sDouble {
         return void res.end()
       }
       for (const e of this.history) {
-        if (e.rv > from && e.kind === kind && this.matches(w, e.object)) res.write(JSON.stringify({ type: e.type, object: e.object }) + "\n")
+        const seen = e.rv > from ? this.seenAs(w, kind, e.type, e.object, e.previous) : null
+        if (seen !== null) res.write(JSON.stringify({ type: seen, object: e.object }) + "\n")
       }
     }
     this.watchers.add(w)
@@ -295,14 +306,43 @@ export class K8sDouble {
   private emit(kind: Kind, type: "ADDED" | "MODIFIED" | "DELETED", obj: Obj) {
     obj.metadata.resourceVersion = String(++this.rv)
     const key = `${obj.metadata.namespace}/${obj.metadata.name}`
+    const previous = this.store[kind].get(key)
     if (type === "DELETED") this.store[kind].delete(key)
     else this.store[kind].set(key, obj)
     const object = clone(obj)
-    this.history.push({ rv: this.rv, kind, type, object })
+    this.history.push({ rv: this.rv, kind, type, object, previous: previous === undefined ? undefined : clone(previous) })
     if (this.history.length > (this.options.historySize ?? 10_000)) this.history.shift()
     for (const w of this.watchers) {
-      if (w.kind === kind && this.matches(w, object)) w.res.write(JSON.stringify({ type, object }) + "\n")
+      const seen = this.seenAs(w, kind, type, object, previous)
+      if (seen !== null) w.res.write(JSON.stringify({ type: seen, object }) + "\n")
     }
+  }
+
+  /** How a watch sees an event: label changes move objects in and out of its selector. */
+  private seenAs(w: Watcher, kind: Kind, type: string, object: Obj, previous: Obj | undefined): string | null {
+    if (w.kind !== kind) return null
+    const now = this.matches(w, object)
+    if (type !== "MODIFIED") return now ? type : null
+    const before = previous !== undefined && this.matches(w, previous)
+    return now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null
+  }
+
+  private patchJob(res: ServerResponse, job: Obj, contentType: string, raw: string) {
+    const patch = safeParse(raw)
+    const next = clone(job)
+    if (contentType.startsWith("application/json-patch+json")) {
+      if (!Array.isArray(patch)) return this.status(res, 400, "BadRequest", "a JSON patch must be an array of operations")
+      for (const op of patch as Array<Obj>) {
+        const failed = applyPatchOp(next, op)
+        if (failed !== null) return this.status(res, 422, "Invalid", `the server rejected our request due to an error in our request: ${failed}`)
+      }
+    } else if (contentType.startsWith("application/merge-patch+json")) {
+      mergePatch(next, patch as Obj)
+    } else {
+      return this.status(res, 415, "UnsupportedMediaType", `the body of the request was in an unknown format: ${contentType}`)
+    }
+    this.emit("jobs", "MODIFIED", next)
+    return json(res, 200, next)
   }
 
   private later(ms: number, f: () => void, jobKey?: string) {
@@ -566,6 +606,44 @@ const readBody = (req: IncomingMessage) =>
     req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
     req.on("error", () => resolve(""))
   })
+
+/** One RFC 6902 operation (add, replace, remove, test) on `doc`; the failure, or null. */
+const applyPatchOp = (doc: Obj, op: Obj): string | null => {
+  const path = String(op.path ?? "").split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"))
+  if (path.length === 0) return `unsupported path ${op.path}`
+  let parent: Obj = doc
+  for (const key of path.slice(0, -1)) {
+    if (typeof parent[key] !== "object" || parent[key] === null) return `path ${op.path} does not exist`
+    parent = parent[key]
+  }
+  const last = path.at(-1)!
+  switch (op.op) {
+    case "test":
+      return JSON.stringify(parent[last]) === JSON.stringify(op.value) ? null : `test failed: ${op.path} is ${JSON.stringify(parent[last])}, not ${JSON.stringify(op.value)}`
+    case "add":
+      parent[last] = op.value
+      return null
+    case "replace":
+      if (!(last in parent)) return `replace: ${op.path} does not exist`
+      parent[last] = op.value
+      return null
+    case "remove":
+      if (!(last in parent)) return `remove: ${op.path} does not exist`
+      delete parent[last]
+      return null
+    default:
+      return `unsupported operation ${op.op}`
+  }
+}
+
+/** RFC 7386 merge patch. */
+const mergePatch = (target: Obj, patch: Obj) => {
+  for (const [k, v] of Object.entries(patch ?? {})) {
+    if (v === null) delete target[k]
+    else if (typeof v === "object" && !Array.isArray(v) && typeof target[k] === "object" && target[k] !== null) mergePatch(target[k], v as Obj)
+    else target[k] = v
+  }
+}
 
 const safeParse = (s: string): unknown => {
   try {

@@ -102,7 +102,7 @@ describe("Job templates", () => {
       })
       const injection = {
         params,
-        controllerId: "ctl",
+        owner: "ctl",
         env: { OPENAI_API_KEY: "attempt-key" },
         taskJson: "{}",
         maxLogBytes: 1000,
@@ -111,7 +111,7 @@ describe("Job templates", () => {
         giveUpAt: 1
       }
       const job = yield* buildJob(sloppy, injection)
-      expect(job.metadata).toMatchObject({ name: "reins-a-1", namespace: "ml", labels: { team: "a", "reins.dev/attempt": "a-1", "reins.dev/controller": "ctl" } })
+      expect(job.metadata).toMatchObject({ name: "reins-a-1", namespace: "ml", labels: { team: "a", "reins.dev/attempt": "a-1", "reins.dev/owner": "ctl" } })
       expect(job.spec).toMatchObject({ backoffLimit: 0, activeDeadlineSeconds: 91, ttlSecondsAfterFinished: 60 })
       expect(job.spec?.template.spec).toMatchObject({ restartPolicy: "Never", serviceAccountName: "reins-harness", terminationGracePeriodSeconds: 3 })
       // The template's image and (absent) command stay as written: only missing ones are filled in.

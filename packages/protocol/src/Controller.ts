@@ -95,7 +95,13 @@ export class LauncherCapacity extends Schema.Class<LauncherCapacity>("LauncherCa
   /** "local" | "kubernetes" */
   kind: Schema.String,
   max: Schema.Int,
-  running: Schema.Int
+  running: Schema.Int,
+  /**
+   * Kubernetes: what stopping the launcher's node does to its Jobs — `delete` them (the controller
+   * retries their attempts) or `leave` them running (the controller hands them to another
+   * launcher, `TakeOver`).
+   */
+  onStop: Schema.optional(Schema.Literal("delete", "leave"))
 }) {}
 
 /**
@@ -113,6 +119,10 @@ export class AdoptedAttempts extends Schema.Class<AdoptedAttempts>("AdoptedAttem
   gone: Schema.Array(Schema.String)
 }) {}
 
+/** An attempt a controller hands to another launcher (its launcher went away), and the namespace of its Job. */
+export const HandedAttempt = Schema.Struct({ attemptId: Schema.String, namespace: Schema.String })
+export type HandedAttempt = typeof HandedAttempt.Type
+
 export class LauncherRpcs extends RpcGroup.make(
   /** Runs one attempt; the stream ends after `Finished`. Interrupting the call stops the attempt. */
   Rpc.make("Launch", {
@@ -129,6 +139,14 @@ export class LauncherRpcs extends RpcGroup.make(
    * attempt nobody launches again keeps running until `Cancel` or its end.
    */
   Rpc.make("Adopt", { success: AdoptedAttempts }),
+  /**
+   * Takes over attempts whose launcher went away (a rollout node stopped, was replaced, or is
+   * down), asked by the controller: their Kubernetes Jobs, whoever owns them, become this
+   * launcher's and are followed like adopted ones (`following`; join them with an `adoptOnly`
+   * `Launch`); attempts whose Job no longer exists are `gone`. A launcher that cannot take
+   * anything over (local processes) answers every attempt as `gone`.
+   */
+  Rpc.make("TakeOver", { payload: { attempts: Schema.Array(HandedAttempt) }, success: AdoptedAttempts }),
   /** Liveness, answered like the runtime's probe actor (`reins status` tooling and cluster checks ping `rollout/<node>`). */
   Rpc.make("Ping", { success: Probe.Pong })
 ) {}

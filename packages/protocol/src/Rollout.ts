@@ -142,7 +142,11 @@ export const InfraReason = Schema.Literal(
   "node-lost", // the launcher node or the pod's node went away
   "lost", // the Job disappeared or never reached a terminal state in time
   "api", // the Kubernetes API kept failing (429/5xx/network) beyond the retry budget
-  "invalid-spec" // 422 Invalid: the Job was rejected
+  "invalid-spec", // 422 Invalid: the Job was rejected
+  // the launcher stopped following a Job that runs on: it left it for another launcher to take
+  // over (its node stopped with `leave`) or another launcher took it over; the controller hands
+  // the attempt on, it never retries it (that would run it twice)
+  "handed-over"
 )
 export type InfraReason = typeof InfraReason.Type
 

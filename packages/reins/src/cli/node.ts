@@ -1,18 +1,26 @@
 /**
  * `reins node --roles LIST --listen HOST:PORT [--join ws://HOST:PORT] [--data DIR] [--secret-file F]`:
  * runs one node of a reins cluster until SIGINT/SIGTERM, then shuts down gracefully (peers are
- * told, actors finalize). A node's roles decide which actors it starts (`roleActors`).
+ * told, actors finalize). A node's roles decide which actors it starts (`roleActors`). What a
+ * `rollout` node's shutdown does to its Kubernetes Jobs is `--rollout-on-stop` (or
+ * `REINS_ROLLOUT_ON_STOP`): `delete` them, or `leave` them for the controller to hand to
+ * another rollout node.
  */
 import { Command, Options } from "@effect/cli"
 import { ActorSystem, Node, NodeStartError, Probe } from "@reins/runtime"
 import { Console, Effect, Layer, Option } from "effect"
 // The controller subpath keeps the Kubernetes client out of every node's start-up.
-import { launcherActorLayerFromEnv } from "@reins/rollout/controller"
+import { launcherActorLayerFromEnv, type RolloutOnStop } from "@reins/rollout/controller"
+
+/** Flags of `reins node` that configure a role's actors. */
+export interface RoleOptions {
+  readonly rolloutOnStop?: RolloutOnStop | undefined
+}
 
 export interface Role {
   readonly description: string
   /** The actors a node with this role runs. */
-  readonly actors: Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>
+  readonly actors: (options: RoleOptions) => Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>
 }
 
 /**
@@ -22,12 +30,14 @@ export interface Role {
  * so a cluster's membership can be checked before a run starts.
  */
 export const roleActors: Record<string, Role> = {
-  gateway: { description: "answers Ping as `gateway` (the Gateway itself runs in `reins train --join` or `reins serve`)", actors: Probe.layer("gateway") },
-  trainer: { description: "answers Ping as `trainer` (the Trainer itself runs in `reins train --join`)", actors: Probe.layer("trainer") },
+  gateway: { description: "answers Ping as `gateway` (the Gateway itself runs in `reins train --join` or `reins serve`)", actors: () => Probe.layer("gateway") },
+  trainer: { description: "answers Ping as `trainer` (the Trainer itself runs in `reins train --join`)", actors: () => Probe.layer("trainer") },
   rollout: {
     description:
-      "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, REINS_ROLLOUT_CONCURRENCY=N, default 8)",
-    actors: Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => launcherActorLayerFromEnv(node.dataDir)))
+      "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, " +
+      "owned by this node's id, in REINS_ROLLOUT_NAMESPACES; REINS_ROLLOUT_CONCURRENCY=N, default 8)",
+    actors: (options) =>
+      Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => launcherActorLayerFromEnv({ dataDir: node.dataDir, nodeId: node.id, onStop: options.rolloutOnStop })))
   }
 }
 
@@ -44,6 +54,7 @@ export interface NodeArgs {
   readonly maxFrameBytes: number
   readonly id: Option.Option<string>
   readonly advertise: Option.Option<string>
+  readonly rolloutOnStop?: Option.Option<RolloutOnStop> | undefined
 }
 
 const fail = (detail: string) => Effect.fail(new NodeStartError({ detail }))
@@ -80,7 +91,7 @@ export const runNode = (args: NodeArgs) =>
     const { host, port } = yield* parseListen(args.listen)
     if (!(args.downAfter > 0)) return yield* fail("--down-after must be a positive number of seconds")
     const actors = args.roles.reduce<Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>>(
-      (layer, role) => Layer.merge(layer, roleActors[role]!.actors),
+      (layer, role) => Layer.merge(layer, roleActors[role]!.actors({ rolloutOnStop: Option.getOrUndefined(args.rolloutOnStop ?? Option.none()) })),
       Layer.empty
     )
     const config: Node.NodeConfig = {
@@ -152,9 +163,17 @@ const advertise = Options.text("advertise").pipe(
   Options.withDescription("ws://HOST:PORT other nodes use to reach this one (default: from --listen).")
 )
 
+const rolloutOnStop = Options.choice("rollout-on-stop", ["delete", "leave"]).pipe(
+  Options.optional,
+  Options.withDescription(
+    "What stopping this node (SIGTERM) does to the Kubernetes Jobs of its `rollout` role: delete them (their attempts are retried elsewhere), " +
+      "or leave them running for the controller to hand to another rollout node (rolling updates). Default: $REINS_ROLLOUT_ON_STOP, else delete."
+  )
+)
+
 export const node = Command.make(
   "node",
-  { roles, listen, join, data, secretFile, downAfter, maxFrameBytes, id, advertise },
+  { roles, listen, join, data, secretFile, downAfter, maxFrameBytes, id, advertise, rolloutOnStop },
   (args) =>
     Effect.flatMap(parseRoles(args.roles), (list) => runNode({ ...args, roles: list })).pipe(failWith("reins node"))
 ).pipe(Command.withDescription("Run a node of a reins cluster (until SIGINT/SIGTERM)."))

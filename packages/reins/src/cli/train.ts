@@ -4,7 +4,7 @@
  */
 import { Args, Command, Options } from "@effect/cli"
 import type { TrainerEvent } from "@reins/trainer"
-import { trainerConfig } from "@reins/trainer"
+import { describeFailures, trainerConfig } from "@reins/trainer"
 import { Console, Effect, Option, Schema } from "effect"
 import { TrainerConfig } from "@reins/protocol"
 import { loadRunConfig, RunConfig, EvalConfig } from "../run/RunConfig.js"
@@ -30,6 +30,10 @@ const listen = Options.text("listen").pipe(
   Options.withDefault("127.0.0.1:0"),
   Options.withDescription("With --join: HOST:PORT this node listens on for peers.")
 )
+const advertise = Options.text("advertise").pipe(
+  Options.optional,
+  Options.withDescription("With --join: ws://HOST:PORT other nodes use to reach this one (default: from --listen; in a pod, its IP).")
+)
 const nodeData = Options.directory("node-data").pipe(
   Options.withDefault(".reins/train-node"),
   Options.withDescription("With --join: this node's data directory (node id, lock, cluster secret).")
@@ -53,6 +57,7 @@ const publicUrl = Options.text("public-url").pipe(
 interface NetworkArgs {
   readonly join: ReadonlyArray<string>
   readonly listen: string
+  readonly advertise?: Option.Option<string> | undefined
   readonly nodeData: string
   readonly secretFile: Option.Option<string>
   readonly noLocalRollouts: boolean
@@ -78,7 +83,8 @@ const clusterOptions = (args: NetworkArgs) =>
           join: args.join,
           roles: ["gateway", "trainer"],
           dataDir: args.nodeData,
-          ...(Option.isSome(args.secretFile) ? { secretFile: args.secretFile.value } : {})
+          ...(Option.isSome(args.secretFile) ? { secretFile: args.secretFile.value } : {}),
+          ...(args.advertise !== undefined && Option.isSome(args.advertise) ? { advertise: args.advertise.value } : {})
         },
         localLauncher: !args.noLocalRollouts
       }
@@ -89,18 +95,21 @@ const pct = (x: number | null) => (x === null ? "  n/a" : `${(100 * x).toFixed(0
 
 /**
  * One line per version: a bar over the run's updates (`done` of `total`), the version, reward,
- * pass rate, tokens/s, staleness, pause.
+ * pass rate, tokens/s, staleness, pause; then, if any attempt of the batch failed, how many and
+ * their most common reason (a skipped batch too: "no trainable samples" alone hides why).
  */
 export const progressLine = (event: TrainerEvent, done: number, total: number | undefined): string | null => {
-  if (event._tag === "Skipped") return `  (batch of ${event.groups} groups skipped at version ${event.version}: ${event.reason})`
   if (event._tag === "Checkpoint") return null
+  const failed = describeFailures(event.failures)
+  const failures = failed === "" ? "" : `\n    ${failed}`
+  if (event._tag === "Skipped") return `  (batch of ${event.groups} groups skipped at version ${event.version}: ${event.reason})${failures}`
   const m = event.metrics
   const width = 20
   const filled = total === undefined ? 0 : Math.round((width * Math.min(done, total)) / total)
   const bar = total === undefined ? "" : `[${"#".repeat(filled)}${".".repeat(width - filled)}] ${done}/${total} `
   const tps = m.wallSeconds > 0 ? Math.round(m.used.tokens / m.wallSeconds) : 0
   return `${bar}v${m.version}  reward ${m.reward.mean?.toFixed(2) ?? "n/a"}  pass ${pct(m.reward.passRate)}  ` +
-    `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s`
+    `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s${failures}`
 }
 
 export interface TrainArgs extends NetworkArgs {
@@ -148,6 +157,6 @@ export const runTrain = (args: TrainArgs) =>
 
 export const trainCommand = Command.make(
   "train",
-  { config, resume, maxVersions, noEval, join, listen, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
+  { config, resume, maxVersions, noEval, join, listen, advertise, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
   (args) => runTrain(args).pipe(failWith("reins train"))
 ).pipe(Command.withDescription("Train an agent through its harness on this machine, or as the gateway+trainer node of a cluster (--join)."))

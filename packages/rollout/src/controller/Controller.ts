@@ -11,7 +11,10 @@
  * - a rollout has at most one attempt placed at any time, and a retry is a new ledger attempt
  *   (new key) created only after the previous one was recorded as ended;
  * - a launcher node that goes down (membership `MemberDown`, or its calls breaking) turns its
- *   attempts into `node-lost` infrastructure failures, retried on live nodes;
+ *   attempts into `node-lost` infrastructure failures, retried on live nodes — except attempts
+ *   whose Kubernetes Job may still run: those are handed to another Kubernetes launcher
+ *   (`TakeOver`) and joined there, and retried only if none takes the Job within
+ *   `recoveryWindow` or it is gone (a rolling update of rollout nodes loses no attempt);
  * - a restarted controller resumes what its predecessor left in the ledger (`queued`/`running`
  *   attempts of rollouts it recorded): an attempt a launcher adopted (a Kubernetes Job) is
  *   joined and followed to its end, never started again; any other is failed as `node-lost` and
@@ -161,6 +164,10 @@ interface LauncherSlot {
   inflight: number
   /** Completed when the launcher's node goes down: its attempts are lost. */
   readonly lost: Deferred.Deferred<void>
+  /** Kubernetes: what its node's shutdown does to its Jobs (see `LauncherCapacity.onStop`). */
+  readonly onStop: "delete" | "leave" | undefined
+  /** Its node said it leaves (a shutdown, not a crash): with `onStop: "delete"` its Jobs are being deleted. */
+  leftGracefully: boolean
 }
 
 interface Entry {
@@ -177,6 +184,12 @@ interface Entry {
   phase: "waiting" | "placed" | "ended" | "recovering"
   /** The current attempt was resumed after a restart: it may only be joined, never started (its key is unknown). */
   resumed: boolean
+  /** The launcher the attempt was handed over from (its Job may still run), while it waits for another to take it over. */
+  handedFrom: string | null
+  /** A TakeOver call for it is in flight. */
+  offering: boolean
+  /** Counts the recovery windows it entered: a deadline applies only to the window it was set for. */
+  recoveries: number
   /** Counted against the start budget already (its first start; retries are free). */
   admitted: boolean
   /** Retry backoff: not placed before this time (ms). */
@@ -308,18 +321,26 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           kind: capacity.value.kind,
           max: capacity.value.max,
           inflight: 0,
-          lost: yield* Deferred.make<void>()
+          lost: yield* Deferred.make<void>(),
+          onStop: capacity.value.onStop,
+          leftGracefully: false
         }
-        if (Option.isSome(adopted)) yield* reconcile(slot, adopted.value)
+        if (Option.isSome(adopted)) yield* reconcile(slot, adopted.value, "restart")
         launchers.set(name, slot)
         return true
       }).pipe(Effect.ensuring(Effect.sync(() => discovering.delete(name))))
 
-    const reconcile = (slot: LauncherSlot, adopted: AdoptedAttempts) =>
+    const reconcile = (slot: LauncherSlot, adopted: AdoptedAttempts, why: "restart" | "takeover") =>
       Effect.gen(function*() {
         for (const id of adopted.gone) {
           const entry = recovering.get(id)
-          if (entry !== undefined) yield* failRecovered(entry, `the attempt was running when launcher node ${slot.node} restarted; its processes were killed`)
+          if (entry === undefined) continue
+          yield* failRecovered(
+            entry,
+            why === "restart"
+              ? `the controller restarted; the attempt was running when launcher node ${slot.node} restarted; its processes were killed`
+              : `its launcher went away and launcher node ${slot.node} found its Job gone`
+          )
         }
         const current = new Set([...live].map((e) => e.attempt.attemptId))
         for (const id of adopted.following) {
@@ -356,15 +377,22 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       }
       for (const slot of [...launchers.values()]) {
         const member = members.find((m) => m.id === slot.node)
-        if (member === undefined || member.status !== "up") yield* dropLauncher(slot)
+        // a member that went down is dropped by its MemberDown event, which says whether it left
+        // (a shutdown) or crashed; here only members that are gone altogether
+        if (member === undefined) yield* dropLauncher(slot)
+        else if (member.status !== "up") continue
         // the actor stopped on a live node: its calls fail by themselves; place nothing more there
         else if (!seen.has(slot.name)) launchers.delete(slot.name)
       }
     })
 
-    const onMemberDown = (node: string) =>
+    const onMemberDown = (node: string, graceful: boolean) =>
       Effect.gen(function*() {
-        for (const slot of [...launchers.values()]) if (slot.node === node) yield* dropLauncher(slot)
+        for (const slot of [...launchers.values()]) {
+          if (slot.node !== node) continue
+          slot.leftGracefully = graceful
+          yield* dropLauncher(slot)
+        }
         yield* wake
       })
 
@@ -488,6 +516,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
 
         entry.attempt = next.right
         entry.resumed = false
+        entry.handedFrom = null
         setPhase(entry, "waiting")
         entry.slot = null
         entry.startedAt = null
@@ -513,13 +542,79 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
       finishedAt: Date.now()
     })
 
-    /** Fails a resumed attempt nobody can adopt (an infrastructure failure: retried per the policy). */
+    /** Fails a resumed or handed-over attempt nobody can adopt (an infrastructure failure: retried per the policy). */
     const failRecovered = (entry: Entry, message: string) =>
       Effect.suspend(() => {
         if (entry.phase !== "recovering") return Effect.void
         setPhase(entry, "placed") // taken: the recovery deadline and a launcher's report cannot both settle it
-        return settle(entry, infraFailure(entry, `the controller restarted; ${message}`, null))
+        return settle(entry, infraFailure(entry, message, null))
       })
+
+    /** Enters "recovering" until a launcher adopts the attempt or `recoveryWindow` ends (then `failRecovered`). */
+    const recoverWithin = (entry: Entry, message: string) =>
+      Effect.gen(function*() {
+        setPhase(entry, "recovering")
+        const recovery = ++entry.recoveries
+        yield* Effect.forkIn(
+          Effect.sleep(recoveryWindow).pipe(
+            Effect.zipRight(Effect.suspend(() => entry.recoveries === recovery ? failRecovered(entry, `${message} within ${Duration.format(Duration.decode(recoveryWindow))}`) : Effect.void))
+          ),
+          scope
+        )
+      })
+
+    /**
+     * The attempt's launcher went away while its Kubernetes Job may still run (the node was
+     * killed, stopped with `leave`, or its connection broke): the attempt waits for another
+     * Kubernetes launcher to take the Job over (asked by the next scheduling passes) instead of
+     * being retried, which would run it twice.
+     */
+    const handOver = (entry: Entry, from: LauncherSlot, why: string) =>
+      Effect.gen(function*() {
+        yield* Effect.logWarning(`controller: ${why}; attempt ${entry.attempt.attemptId}'s Job may still run: handing it to another Kubernetes launcher`)
+        entry.slot = null
+        entry.abort = null
+        entry.resumed = true
+        entry.handedFrom = from.name
+        yield* recoverWithin(entry, `${why}, and no Kubernetes launcher took over its Job`)
+        yield* wake
+      })
+
+    /**
+     * Whether the attempt's Job may run on after its launcher went away: not when the controller
+     * cancelled it, nor when the launcher's node shut down with `onStop: "delete"` (it deletes its
+     * Jobs: the attempt is retried, as that policy asks); a crash or `leave` keeps it running.
+     */
+    const mayStillRun = (entry: Entry, slot: LauncherSlot, graceful = slot.leftGracefully) =>
+      slot.kind === "kubernetes" && entry.harness.kubernetes !== undefined && entry.cancelReason === null && !(graceful && slot.onStop !== "leave")
+
+    /** Asks a Kubernetes launcher (the freest, not the lost one) to take over the handed attempts waiting for one. */
+    const offerHandedOver = Effect.suspend(() => {
+      const bySlot = new Map<LauncherSlot, Array<Entry>>()
+      for (const entry of recovering.values()) {
+        if (entry.handedFrom === null || entry.offering) continue
+        let best: LauncherSlot | null = null
+        for (const slot of launchers.values()) {
+          if (slot.kind !== "kubernetes" || slot.name === entry.handedFrom) continue
+          if (best === null || slot.max - slot.inflight > best.max - best.inflight) best = slot
+        }
+        if (best === null) continue
+        entry.offering = true
+        bySlot.set(best, [...(bySlot.get(best) ?? []), entry])
+      }
+      return Effect.forEach(
+        [...bySlot],
+        ([slot, handed]) =>
+          slot.ref.TakeOver({ attempts: handed.map((e) => ({ attemptId: e.attempt.attemptId, namespace: e.harness.kubernetes!.namespace })) }).pipe(
+            Effect.timeout("30 seconds"),
+            Effect.flatMap((taken) => reconcile(slot, taken, "takeover")),
+            Effect.catchAll((e) => Effect.logWarning(`controller: launcher ${slot.name} did not take over handed attempts: ${e.message}`)),
+            Effect.ensuring(Effect.sync(() => handed.forEach((e) => void (e.offering = false)))),
+            Effect.forkIn(scope)
+          ),
+        { discard: true }
+      )
+    })
 
     // -------------------------------------------------------------------------------- running
 
@@ -552,13 +647,27 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           Effect.as(Deferred.await(slot.lost), LOST),
           Effect.as(Deferred.await(abort), ABORTED)
         ])
-        if (finished !== null) return yield* settle(entry, (finished as LaunchFinished).result)
+        if (finished !== null) {
+          const result = (finished as LaunchFinished).result
+          const o = result.outcome
+          if (o._tag === "InfraFailed" && o.reason === "handed-over" && mayStillRun(entry, slot, false)) {
+            return yield* handOver(entry, slot, `launcher ${slot.name} stopped following the attempt (${o.message})`)
+          }
+          if (o._tag === "Cancelled" && entry.cancelReason === null) {
+            // a cancel nobody asked for: the launcher stopped (its node shut down); not the rollout's end
+            return yield* settle(entry, infraFailure(entry, `the launcher on ${slot.node} stopped the attempt (${o.reason})`, entry.startedAt))
+          }
+          return yield* settle(entry, result)
+        }
         if (ended === ABORTED) {
           const outcome = new AttemptCancelled({ reason: entry.cancelReason ?? "aborted", durationMs: 0, logs: null })
           const at = entry.startedAt ?? Date.now()
           return yield* settle(entry, new AttemptResult({ rolloutId: entry.rolloutId, attemptId: entry.attempt.attemptId, outcome, verifier: null, startedAt: at, finishedAt: Date.now() }))
         }
-        if (ended === LOST) return yield* settle(entry, infraFailure(entry, `launcher node ${slot.node} went down`, entry.startedAt))
+        if (ended === LOST) {
+          if (mayStillRun(entry, slot)) return yield* handOver(entry, slot, `launcher node ${slot.node} went down`)
+          return yield* settle(entry, infraFailure(entry, `launcher node ${slot.node} went down`, entry.startedAt))
+        }
         const either = ended as Exclude<typeof ended, typeof LOST | typeof ABORTED>
         if (either._tag === "Left") {
           const e = either.left
@@ -574,13 +683,17 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           }
           // the call broke (node gone, connection lost): place nothing more there until it is
           // rediscovered, and make sure nothing keeps running there
-          if ((e._tag === "ActorUnavailable" || e._tag === "ActorNotFound") && launchers.get(slot.name) === slot) launchers.delete(slot.name)
+          const broke = e._tag === "ActorUnavailable" || e._tag === "ActorNotFound"
+          if (broke && launchers.get(slot.name) === slot) launchers.delete(slot.name)
+          // its Job may run on: another launcher takes it over (a cancel would delete it)
+          if (broke && mayStillRun(entry, slot, slot.leftGracefully || (e._tag === "ActorUnavailable" && e.reason === "shutting-down"))) return yield* handOver(entry, slot, `the launch on ${slot.node} broke (${e.message})`)
           yield* Effect.forkIn(
             slot.ref.Cancel({ attemptId: entry.attempt.attemptId, reason: "launch call lost" }).pipe(Effect.timeout("5 seconds"), Effect.ignore),
             scope
           )
           return yield* settle(entry, infraFailure(entry, `launch on ${slot.node} failed: ${e.message}`, entry.startedAt))
         }
+        if (mayStillRun(entry, slot)) return yield* handOver(entry, slot, `launcher on ${slot.node} ended the launch without a result`)
         return yield* settle(entry, infraFailure(entry, `launcher on ${slot.node} ended the launch without a result`, entry.startedAt))
       })
 
@@ -635,6 +748,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
 
     const pass = Effect.gen(function*() {
       yield* refreshLaunchers
+      yield* offerHandedOver
       admissionBlocked = false
       const now = Date.now()
       for (const entry of [...waiting].sort((x, y) => x.seq - y.seq)) {
@@ -669,7 +783,7 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     // connection still opening), so they are known before anything waits for them
     yield* Effect.forkIn(Effect.repeat(wake, Schedule.spaced(config.rescanInterval ?? "1 second")), scope)
     yield* Effect.forkIn(
-      Stream.runForEach(system.events, (event) => (event._tag === "MemberDown" ? onMemberDown(event.member.id) : wake)),
+      Stream.runForEach(system.events, (event) => (event._tag === "MemberDown" ? onMemberDown(event.member.id, event.reason === "left") : wake)),
       scope
     )
 
@@ -691,6 +805,9 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
           attempt: created,
           phase,
           resumed: phase === "recovering",
+          handedFrom: null,
+          offering: false,
+          recoveries: 0,
           admitted: phase === "recovering",
           notBefore: 0,
           slot: null,
@@ -858,8 +975,9 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
         Effect.sleep(recoveryWindow).pipe(
           Effect.zipRight(Effect.suspend(() =>
             Effect.forEach(
-              [...recovering.values()],
-              (entry) => failRecovered(entry, `no launcher adopted the attempt within ${Duration.format(Duration.decode(recoveryWindow))}`),
+              // (an entry that recovers again since, handed over from a lost launcher, has its own deadline)
+              [...recovering.values()].filter((entry) => entry.recoveries === 0),
+              (entry) => failRecovered(entry, `the controller restarted; no launcher adopted the attempt within ${Duration.format(Duration.decode(recoveryWindow))}`),
               { discard: true }
             )
           ))

@@ -9,13 +9,15 @@
  * with a `Cancelled` outcome and the attempt's logs.
  *
  * `Adopt` (asked by a controller when it discovers this launcher) takes over what earlier
- * incarnations left: Kubernetes Jobs found by label are followed again and kept here until a
- * controller joins them with an `adoptOnly` launch of the same attempt (or cancels them); their
- * Jobs live as long as this actor. Local process groups cannot be re-attached: they were reaped
- * when this actor started and are reported as `gone`.
+ * incarnations left: Kubernetes Jobs of this launcher's owner identity, found by label, are
+ * followed again and kept here until a controller joins them with an `adoptOnly` launch of the
+ * same attempt (or cancels them); their Jobs live as long as this actor. `TakeOver` does the same
+ * for attempts a controller hands over from a launcher that went away. Local process groups
+ * cannot be re-attached: they were reaped when this actor started and are reported as `gone`.
  */
 import {
   AdoptedAttempts,
+  type HandedAttempt,
   AttemptAlreadyRunning,
   AttemptNotAdopted,
   LauncherCapacity,
@@ -30,7 +32,7 @@ import {
 import { Actor, ActorContext, type ActorSystem } from "@reins/runtime"
 import { Effect, Layer, Queue, Scope, Stream } from "effect"
 import { followAttempt, runAttempt } from "../attempt.js"
-import type { AttemptHandle, Launcher } from "../launcher/Launcher.js"
+import type { AdoptedAttempt, AttemptHandle, Launcher } from "../launcher/Launcher.js"
 import { makeLocalLauncher } from "../launcher/local.js"
 import type { KubernetesLauncherOptions } from "../launcher/k8s/launcher.js"
 
@@ -94,6 +96,25 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
         })
       )
 
+    /** What was adopted or taken over, kept until a launch joins it, as the controller sees it. */
+    const report = (found: ReadonlyArray<AdoptedAttempt>) => {
+      const following: Array<string> = []
+      const gone: Array<string> = []
+      for (const a of found) {
+        if (a._tag === "Reaped") gone.push(a.attemptId)
+        else if (!running.has(a.handle.attemptId)) {
+          if (!adopted.has(a.handle.attemptId)) adopted.set(a.handle.attemptId, a.handle)
+          following.push(a.handle.attemptId)
+        }
+      }
+      return new AdoptedAttempts({ following, gone })
+    }
+
+    const takeOver = (attempts: ReadonlyArray<HandedAttempt>) =>
+      launcher.takeOver === undefined
+        ? Effect.succeed(new AdoptedAttempts({ following: [], gone: attempts.map((a) => a.attemptId) }))
+        : launcher.takeOver(attempts).pipe(Scope.extend(incarnation), Effect.map(report))
+
     return LauncherRpcs.of({
       Launch: ({ spec }) => launch(spec),
       Cancel: ({ attemptId, reason }) =>
@@ -115,23 +136,22 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
       Adopt: () =>
         launcher.adopt.pipe(
           Scope.extend(incarnation),
-          Effect.map((found) => {
-            const following: Array<string> = []
-            const gone: Array<string> = []
-            for (const a of found) {
-              if (a._tag === "Reaped") gone.push(a.attemptId)
-              else if (!running.has(a.handle.attemptId)) {
-                if (!adopted.has(a.handle.attemptId)) adopted.set(a.handle.attemptId, a.handle)
-                following.push(a.handle.attemptId)
-              }
-            }
-            return new AdoptedAttempts({ following, gone })
-          }),
+          Effect.map(report),
           Effect.catchAll((e) =>
             Effect.as(Effect.logWarning(`launcher: adopting what a previous run left failed: ${e.message}`), new AdoptedAttempts({ following: [], gone: [] }))
           )
         ),
-      Capacity: () => Effect.succeed(new LauncherCapacity({ node: self.node, kind: launcher.kind, max, running: running.size })),
+      TakeOver: ({ attempts }) => takeOver(attempts),
+      Capacity: () =>
+        Effect.succeed(
+          new LauncherCapacity({
+            node: self.node,
+            kind: launcher.kind,
+            max,
+            running: running.size,
+            ...(launcher.kind === "kubernetes" ? { onStop: launcher.leavesJobsRunning === true ? "leave" as const : "delete" as const } : {})
+          })
+        ),
       Ping: () => Effect.succeed({ actor: self.name, node: self.node, incarnation: self.incarnation })
     })
   })
@@ -172,26 +192,47 @@ export const launcherActorLayer = (
     { name: (node) => `rollout/${node}` }
   )
 
+/** What stopping a node does to the Kubernetes Jobs its launcher follows. */
+export type RolloutOnStop = "delete" | "leave"
+
+export interface LauncherEnvOptions {
+  /** The node's data directory: attempt files go under `<dataDir>/rollout`. */
+  readonly dataDir: string
+  /** The node's id: the owner identity of the Jobs its launcher creates. */
+  readonly nodeId: string
+  readonly env?: Readonly<Record<string, string | undefined>>
+  /** Overrides `REINS_ROLLOUT_ON_STOP` (the `reins node --rollout-on-stop` flag). */
+  readonly onStop?: RolloutOnStop | undefined
+}
+
 /**
  * The launcher actor of a `reins node --roles rollout`, configured from the environment:
  * `REINS_ROLLOUT_LAUNCHER` = `local` (default) | `kubernetes` (kubeconfig from the usual places,
- * `REINS_ROLLOUT_NAMESPACES` = comma-separated namespaces to adopt Jobs in), and
- * `REINS_ROLLOUT_CONCURRENCY` = attempts at once on this node (default 8). Attempt files go under
- * `<dataDir>/rollout`.
+ * `REINS_ROLLOUT_NAMESPACES` = comma-separated namespaces to adopt Jobs in, default `default`;
+ * `REINS_ROLLOUT_ON_STOP` = `delete` (default: stopping the node deletes its Jobs) | `leave`
+ * (they keep running for the controller to hand to another node: rolling updates)), and
+ * `REINS_ROLLOUT_CONCURRENCY` = attempts at once on this node (default 8). The node id is the
+ * owner identity of its Jobs: a node restarted with the same id adopts its own Jobs, never
+ * another node's. Attempt files go under `<dataDir>/rollout`.
  */
-export const launcherActorLayerFromEnv = (
-  dataDir: string,
-  env: Readonly<Record<string, string | undefined>> = process.env
-): Layer.Layer<never, unknown, ActorSystem> => {
-  const dir = `${dataDir.replace(/\/+$/, "")}/rollout`
+export const launcherActorLayerFromEnv = (options: LauncherEnvOptions): Layer.Layer<never, unknown, ActorSystem> => {
+  const env = options.env ?? process.env
+  const dir = `${options.dataDir.replace(/\/+$/, "")}/rollout`
   const kind = env.REINS_ROLLOUT_LAUNCHER ?? "local"
   const concurrency = Number(env.REINS_ROLLOUT_CONCURRENCY ?? "8")
+  const onStop = options.onStop ?? env.REINS_ROLLOUT_ON_STOP ?? "delete"
   if (kind !== "local" && kind !== "kubernetes") {
     return Layer.fail(new Error(`REINS_ROLLOUT_LAUNCHER=${kind}: expected local or kubernetes`))
   }
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     return Layer.fail(new Error(`REINS_ROLLOUT_CONCURRENCY=${env.REINS_ROLLOUT_CONCURRENCY}: expected a positive integer`))
   }
+  if (onStop !== "delete" && onStop !== "leave") {
+    return Layer.fail(new Error(`REINS_ROLLOUT_ON_STOP=${onStop}: expected delete or leave`))
+  }
   const namespaces = (env.REINS_ROLLOUT_NAMESPACES ?? "default").split(",").map((n) => n.trim()).filter((n) => n !== "")
-  return launcherActorLayer(kind === "local" ? { kind, dataDir: dir } : { kind, dataDir: dir, namespaces }, { maxConcurrent: concurrency })
+  return launcherActorLayer(
+    kind === "local" ? { kind, dataDir: dir } : { kind, dataDir: dir, namespaces, owner: options.nodeId, onScopeClose: onStop },
+    { maxConcurrent: concurrency }
+  )
 }

@@ -6,7 +6,7 @@
  * A launch is Scope-bound: closing the scope stops the attempt (kills the process group /
  * deletes the Job) unless the launcher is configured to leave Jobs for a successor to adopt.
  */
-import type { AttemptOutcome, HarnessSpec, LaunchError, Task } from "@reins/protocol"
+import type { AttemptOutcome, HandedAttempt, HarnessSpec, LaunchError, Task } from "@reins/protocol"
 import { AttemptInfraFailed } from "@reins/protocol"
 import type { Effect, Scope } from "effect"
 import type { AttemptEndpoints, AttemptIdentity } from "../harness/env.js"
@@ -43,12 +43,23 @@ export interface Launcher {
   readonly launch: (spec: AttemptSpec) => Effect.Effect<AttemptHandle, LaunchError, Scope.Scope>
   /**
    * After a controller restart: takes over attempts a previous incarnation started. Kubernetes:
-   * every Job labelled by reins in the launcher's namespaces, followed again (never recreated).
+   * the Jobs labelled with this launcher's owner identity in its namespaces, followed again
+   * (never recreated); other launchers' Jobs are left alone.
    * Local: processes cannot be re-attached; leftover process groups are killed and reported
    * (at the first call only; later calls report the same).
    */
   readonly adopt: Effect.Effect<ReadonlyArray<AdoptedAttempt>, LaunchError, Scope.Scope>
+  /**
+   * Takes over attempts a controller hands to this launcher because the launcher that ran them
+   * went away (Kubernetes: their Jobs, whoever owns them, relabelled to this launcher and
+   * followed; a Job that no longer exists is `Reaped`). Absent where nothing can be taken over
+   * (local processes die with their node's launcher, or are reaped by its next incarnation).
+   */
+  /** Kubernetes: whether stopping the launcher leaves its Jobs running (`onScopeClose: "leave"`) instead of deleting them. */
+  readonly leavesJobsRunning?: boolean
+  readonly takeOver?: (attempts: ReadonlyArray<HandedAttempt>) => Effect.Effect<ReadonlyArray<AdoptedAttempt>, never, Scope.Scope>
 }
+
 
 /** An attempt found after a restart: followed again (`handle`), or already gone (`outcome`). */
 export type AdoptedAttempt =

@@ -12,6 +12,8 @@
  *               on, and the new weights are swapped into the generation device after it.
  *
  * The loop owns all run state in one fiber; the controller's admission hook only reads it.
+ * Every event says what failed in its batch (failures.ts); a run in which `max_infra_failures`
+ * rollouts in a row failed for an infrastructure reason stops with an error naming the reason.
  */
 import { type TrainerConfig, TrainerStatus, VersionMetrics } from "@reins/protocol"
 import { Effect, FiberSet, Option, PubSub, Queue, Ref, type Scope } from "effect"
@@ -19,6 +21,7 @@ import { randomBytes } from "node:crypto"
 import path from "node:path"
 import { type JsonlWriter, openJsonl } from "../jsonl.js"
 import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
+import { type FailureSummary, InfraStreak, summarizeFailures } from "./failures.js"
 import { type DeviceClockReading, type RolloutEnded, type TaskItem, TrainerError, trainerError, type TrainerPorts } from "./ports.js"
 import { type GroupState, StalenessGate } from "./StalenessGate.js"
 import { deviceBusy, runUpdate, updateMetrics } from "./update.js"
@@ -37,8 +40,8 @@ export interface RunOptions {
 }
 
 export type TrainerEvent =
-  | { readonly _tag: "Version"; readonly metrics: VersionMetrics; readonly rolloutIds: ReadonlyArray<string> }
-  | { readonly _tag: "Skipped"; readonly version: number; readonly groups: number; readonly reason: string }
+  | { readonly _tag: "Version"; readonly metrics: VersionMetrics; readonly rolloutIds: ReadonlyArray<string>; readonly failures: FailureSummary }
+  | { readonly _tag: "Skipped"; readonly version: number; readonly groups: number; readonly reason: string; readonly failures: FailureSummary }
   | { readonly _tag: "Checkpoint"; readonly version: number; readonly dir: string }
 
 export interface RunSummary {
@@ -167,12 +170,13 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     const update = (groupIds: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const rolloutIds = groupIds.flatMap((id) => state.groups.get(id)!.rolloutIds)
+        const failures = summarizeFailures(groupIds.flatMap((id) => state.groups.get(id)!.ended ?? []))
         yield* checkServing(yield* readClocks(ports), state.version)
         const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, rolloutIds })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
         if (result.outcome === null) {
-          yield* publish(options, { _tag: "Skipped", version: state.version, groups: groupIds.length, reason: "no trainable samples" })
+          yield* publish(options, { _tag: "Skipped", version: state.version, groups: groupIds.length, reason: "no trainable samples", failures })
           return
         }
         // The run's own count, not the version the device reports: a restarted device would report
@@ -188,7 +192,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         lastAt = now
         const line = updateMetrics({ ...result, outcome: result.outcome }, Date.now(), wall, busy)
         yield* appendMetrics(metrics, line)
-        yield* publish(options, { _tag: "Version", metrics: line, rolloutIds })
+        yield* publish(options, { _tag: "Version", metrics: line, rolloutIds, failures })
         if (config.checkpoint_every > 0 && state.versions % config.checkpoint_every === 0) yield* checkpoint()
       })
 
@@ -214,6 +218,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
       options.status === undefined ? Effect.void : Ref.set(options.status, state.status(training, config.schedule))
     yield* Effect.addFinalizer(() => report(false))
 
+    const infra = new InfraStreak()
     yield* fill
     while (!reachedEnd()) {
       yield* report(true)
@@ -229,6 +234,10 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
       const done = yield* finished.take
       const entry = state.groups.get(done.groupId)
       if (entry !== undefined) entry.ended = done.ended
+      infra.add(done.ended)
+      if (infra.count >= config.max_infra_failures) {
+        return yield* new TrainerError({ operation: "rollouts", message: infra.message(config.max_infra_failures) })
+      }
       yield* fill
     }
     yield* FiberSet.clear(waiters)

@@ -3,6 +3,9 @@
  * one error type and one retry rule: 429, 5xx and network errors are retried with exponential
  * backoff and jitter (a server's Retry-After is honoured); everything else (400, 403, 404, 409,
  * 422, ...) is returned at once for the caller to interpret.
+ *
+ * The verbs used are exactly those `examples/k8s/rbac.yaml` grants: Jobs create, get, list,
+ * watch, patch (a take-over relabels the owner), delete; pods get, list, watch; pods/log get.
  */
 import { ApiException, BatchV1Api, CoreV1Api, type KubeConfig, type V1Job, type V1Pod, Watch } from "@kubernetes/client-node"
 import { Data, Duration, Effect, Option } from "effect"
@@ -64,6 +67,11 @@ export interface KubeApi {
   readonly listJobs: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Job>, KubeRequestError>
   readonly listPods: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Pod>, KubeRequestError>
   readonly readPodLog: (namespace: string, pod: string, container: string, limitBytes: number) => Effect.Effect<string, KubeRequestError>
+  /**
+   * Relabels a Job's owner (a JSON patch whose `test` op makes it a compare-and-swap: of two
+   * launchers taking over the same Job, the second gets 422 and the Job stays with the first).
+   */
+  readonly patchJobOwner: (namespace: string, name: string, label: string, from: string | undefined, to: string) => Effect.Effect<V1Job, KubeRequestError>
   readonly watcher: Watch
 }
 
@@ -107,6 +115,11 @@ export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry): 
       ),
     readPodLog: (namespace, name, container, limitBytes) =>
       call(`read log of pod ${name}`, () => core.readNamespacedPodLog({ namespace, name, container, limitBytes })),
+    patchJobOwner: (namespace, name, label, from, to) => {
+      const path = `/metadata/labels/${label.replace(/~/g, "~0").replace(/\//g, "~1")}`
+      const body = from === undefined ? [{ op: "add", path, value: to }] : [{ op: "test", path, value: from }, { op: "replace", path, value: to }]
+      return call(`relabel Job ${name}`, () => batch.patchNamespacedJob({ namespace, name, body }))
+    },
     watcher: new Watch(kc)
   }
 }

@@ -67,3 +67,17 @@ export const loadKubeConfig = (source: KubeConfigSource = { _tag: "Default" }): 
       () => new LaunchConfigError({ message: "Kubernetes config: no current cluster (check current-context)" })
     )
   )
+
+/**
+ * Why the client library will refuse every request to the current cluster, if it will: a plain
+ * `http://` server without `insecure-skip-tls-verify: true` (and no proxy). The library only
+ * says so when a request is made — each create then fails without reaching the server — so the
+ * launcher checks once at start and names the fix.
+ */
+export const clientRefusal = (kc: KubeConfig): string | null => {
+  const cluster = kc.getCurrentCluster()
+  if (cluster === null || cluster.proxyUrl !== undefined) return null
+  if (!cluster.server.startsWith("http:") || cluster.skipTLSVerify) return null
+  return `Kubernetes config: cluster ${cluster.name} is plain HTTP (${cluster.server}) without insecure-skip-tls-verify: ` +
+    "the client refuses to connect. Set `insecure-skip-tls-verify: true` on that cluster (e.g. for kubectl proxy), or use its https:// address"
+}

@@ -3,12 +3,17 @@
  * so creating the same attempt twice hits 409 AlreadyExists (and is adopted) instead of running
  * twice. Labels select (they must be valid label values, so odd ids are hashed); annotations
  * carry the exact ids and what a restarted controller needs to follow a Job it did not create.
+ *
+ * Every Job has one owner: the launcher that created it (or took it over), recorded in the
+ * `reins.dev/owner` label. A launcher adopts only its own Jobs; another launcher's Job changes
+ * hands only when a controller asks for it (the owner went away), by relabelling.
  */
 import { createHash } from "node:crypto"
 
 export const LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 export const MANAGED_BY = "reins"
-export const LABEL_CONTROLLER = "reins.dev/controller"
+/** The launcher that owns the Job (its identity: a rollout node's id, e.g. the pod name). */
+export const LABEL_OWNER = "reins.dev/owner"
 export const LABEL_ROLLOUT = "reins.dev/rollout"
 export const LABEL_ATTEMPT = "reins.dev/attempt"
 
@@ -37,5 +42,16 @@ export const jobName = (attemptId: string): string => {
   return `reins-${slug === "" ? "" : `${slug}-`}${hash(attemptId, 10)}`
 }
 
-/** Selects every Job (and pod) of one controller. */
-export const controllerSelector = (controllerId: string) => `${LABEL_MANAGED_BY}=${MANAGED_BY},${LABEL_CONTROLLER}=${labelValue(controllerId)}`
+/** Selects the Jobs of one owner. */
+export const ownerSelector = (owner: string) => `${LABEL_MANAGED_BY}=${MANAGED_BY},${LABEL_OWNER}=${labelValue(owner)}`
+
+/**
+ * Selects every reins pod. Pods keep the labels of the Job template they were made from, so a
+ * Job taken over from another owner still has pods labelled with the old owner: pods are
+ * watched by this label and matched to the Jobs followed (the tracker ignores the rest).
+ */
+export const REINS_SELECTOR = `${LABEL_MANAGED_BY}=${MANAGED_BY}`
+
+/** The owner label of a Job (undefined for a Job reins did not label). */
+export const ownerOf = (job: { readonly metadata?: { readonly labels?: Readonly<Record<string, string>> } } | null | undefined) =>
+  job?.metadata?.labels?.[LABEL_OWNER]

@@ -30,8 +30,8 @@ import {
   ANNOTATION_ROLLOUT_ID,
   ANNOTATION_TASK,
   LABEL_ATTEMPT,
-  LABEL_CONTROLLER,
   LABEL_MANAGED_BY,
+  LABEL_OWNER,
   LABEL_ROLLOUT,
   labelValue,
   MANAGED_BY,
@@ -129,7 +129,8 @@ export const loadJobTemplateFile = (path: string): Effect.Effect<JobTemplate, La
 /** What `buildJob` injects besides the template. */
 export interface JobInjection {
   readonly params: JobTemplateParams
-  readonly controllerId: string
+  /** The launcher that owns the Job (`reins.dev/owner`). */
+  readonly owner: string
   /** Spec env, then attempt variables (the latter win). */
   readonly env: Readonly<Record<string, string>>
   readonly taskJson: string
@@ -168,7 +169,7 @@ const assemble = (rendered: V1Job, inj: JobInjection): V1Job => {
   }
   const labels = {
     [LABEL_MANAGED_BY]: MANAGED_BY,
-    [LABEL_CONTROLLER]: labelValue(inj.controllerId),
+    [LABEL_OWNER]: labelValue(inj.owner),
     [LABEL_ROLLOUT]: p.rollout_label,
     [LABEL_ATTEMPT]: p.attempt_label
   }

@@ -12,6 +12,7 @@
  */
 import { Duration, Effect, Queue, type Scope } from "effect"
 import type { KubeApi, KubeRequestError, ListResult } from "./api.js"
+import type { FailureLog } from "./failureLog.js"
 
 export type WatchEventType = "ADDED" | "MODIFIED" | "DELETED"
 
@@ -26,6 +27,8 @@ export interface FollowOptions<A> {
   readonly reconcileEvery: Duration.DurationInput
   /** Counters for observability and tests. */
   readonly stats?: WatchStats
+  /** Where list and watch failures are logged (rate-limited); default: every one as a warning. */
+  readonly failures?: FailureLog
 }
 
 export interface WatchStats {
@@ -41,7 +44,7 @@ type Msg =
 type WatchEnd =
   | { readonly _tag: "Closed"; readonly resourceVersion: string | undefined; readonly lastedMs: number }
   | { readonly _tag: "Expired" }
-  | { readonly _tag: "Failed"; readonly resourceVersion: string | undefined; readonly message: string }
+  | { readonly _tag: "Failed"; readonly resourceVersion: string | undefined; readonly status: number | null; readonly message: string }
 
 const backoff = (failures: number) => Duration.millis(Math.min(10_000, 100 * 2 ** Math.min(failures, 7)) * (0.5 + Math.random() / 2))
 
@@ -76,12 +79,18 @@ const watchOnce = <A>(opts: FollowOptions<A>, resourceVersion: string | undefine
           if (msg.error === null || msg.error === undefined) return { _tag: "Closed", resourceVersion: rv, lastedMs: Date.now() - startedAt } as const
           const status = (msg.error as { statusCode?: number }).statusCode
           if (status === 410) return { _tag: "Expired" } as const
-          return { _tag: "Failed", resourceVersion: rv, message: String((msg.error as Error).message ?? msg.error) } as const
+          const message = String((msg.error as Error).message ?? msg.error)
+          return { _tag: "Failed", resourceVersion: rv, status: status ?? null, message: status === undefined ? message : `HTTP ${status}: ${message}` } as const
         }
         if (msg.type === "ERROR") {
           // A Status object: 410 Gone/Expired means our resourceVersion is too old.
           if (msg.object?.code === 410) return { _tag: "Expired" } as const
-          return { _tag: "Failed", resourceVersion: rv, message: `watch error: ${msg.object?.message ?? JSON.stringify(msg.object)}` } as const
+          return {
+            _tag: "Failed",
+            resourceVersion: rv,
+            status: typeof msg.object?.code === "number" ? msg.object.code : null,
+            message: `watch error: ${msg.object?.code ?? ""} ${msg.object?.reason ?? ""}: ${msg.object?.message ?? JSON.stringify(msg.object)}`
+          } as const
         }
         rv = msg.object?.metadata?.resourceVersion ?? rv
         if (msg.type === "BOOKMARK") continue
@@ -101,6 +110,9 @@ const relist = <A>(opts: FollowOptions<A>) =>
     })
   )
 
+const warn = <A>(opts: FollowOptions<A>, kind: string, message: string) =>
+  opts.failures === undefined ? Effect.logWarning(message) : opts.failures.warn(kind, message)
+
 /** Runs until interrupted (forked into the launcher's scope). */
 const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
   Effect.gen(function*() {
@@ -112,7 +124,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
         const listed = yield* Effect.either(relist(opts))
         if (listed._tag === "Left") {
           failures++
-          yield* Effect.logWarning(`${opts.path}: ${listed.left.message}; relisting after backoff`)
+          yield* warn(opts, `list ${opts.path} ${listed.left.status ?? "network"}`, `${opts.path}: ${listed.left.message}; relisting after backoff`)
           yield* Effect.sleep(backoff(failures))
           continue
         }
@@ -132,7 +144,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
           break
         case "Failed":
           failures++
-          yield* Effect.logWarning(`${opts.path}: ${end.message}; watching again after backoff`)
+          yield* warn(opts, `watch ${opts.path} ${end.status ?? "network"}`, `watch ${opts.path}: ${end.message}; watching again after backoff`)
           yield* Effect.sleep(backoff(failures))
           rv = end.resourceVersion
           break
@@ -142,7 +154,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
 
 const reconcileLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
   Effect.sleep(opts.reconcileEvery).pipe(
-    Effect.zipRight(relist(opts).pipe(Effect.catchAll((e) => Effect.logWarning(`reconcile ${opts.path}: ${e.message}`)))),
+    Effect.zipRight(relist(opts).pipe(Effect.catchAll((e) => warn(opts, `list ${opts.path} ${e.status ?? "network"}`, `reconcile ${opts.path}: ${e.message}`)))),
     Effect.forever
   )
 
