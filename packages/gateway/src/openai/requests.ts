@@ -57,7 +57,9 @@ const ChatFields = Schema.Struct({
   prompt_cache_key: opt(Schema.String),
   safety_identifier: opt(Schema.String),
   reasoning_effort: opt(Schema.String),
-  modalities: opt(Schema.Array(Schema.String))
+  modalities: opt(Schema.Array(Schema.String)),
+  /** vLLM's extension: extra variables for the model's chat template (Qwen3's `enable_thinking`). */
+  chat_template_kwargs: opt(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
 })
 
 export type ChatRequest = Omit<typeof ChatFields.Type, "messages"> & { readonly messages: ReadonlyArray<ChatMessage> }

@@ -87,6 +87,7 @@ export const chatCompletion = (
   head: Head,
   r: {
     readonly content: string
+    readonly reasoning?: string | undefined
     readonly toolCalls: ReadonlyArray<ReplyCall>
     readonly finishReason: string
     readonly logprobs: unknown
@@ -105,6 +106,8 @@ export const chatCompletion = (
       message: {
         role: "assistant",
         content: r.toolCalls.length > 0 && r.content === "" ? null : r.content,
+        // vLLM's field for a reasoning model's reasoning block.
+        ...(r.reasoning === undefined ? {} : { reasoning_content: r.reasoning }),
         refusal: null,
         annotations: [],
         ...(r.toolCalls.length > 0 ? { tool_calls: toolCallsJson(r.toolCalls) } : {})

@@ -12,6 +12,7 @@ import type { Turn } from "./reuse.js"
 interface StoredChoice {
   readonly message?: {
     readonly content?: string | null
+    readonly reasoning_content?: string | null
     readonly tool_calls?: ReadonlyArray<{ readonly id: string; readonly function: { readonly name: string; readonly arguments: string } }>
   }
 }
@@ -19,17 +20,18 @@ interface StoredChoice {
 /** The turn a recorded call left, if it can be reused (a successful chat call with exact ids). */
 export const turnOfCall = (call: LlmCall): Turn | null => {
   if (call.endpoint !== "chat.completions" || call.status !== 200 || call.outputIds.length === 0) return null
-  const request = call.request as { messages?: ReadonlyArray<ChatMessage>; tools?: unknown } | null
+  const request = call.request as { messages?: ReadonlyArray<ChatMessage>; tools?: unknown; chat_template_kwargs?: unknown } | null
   const choice = (call.response as { choices?: ReadonlyArray<StoredChoice> } | null)?.choices?.[0]
   if (!request?.messages || !choice?.message) return null
   const reply: Reply = {
     content: choice.message.content ?? "",
-    toolCalls: (choice.message.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }))
+    toolCalls: (choice.message.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
+    ...(typeof choice.message.reasoning_content === "string" ? { reasoning: choice.message.reasoning_content } : {})
   }
   return {
     callId: call.id,
     keys: messageKeys(request.messages),
-    toolsKey: toolsKey(request.tools),
+    toolsKey: toolsKey(request.tools, request.chat_template_kwargs),
     promptIds: call.promptIds,
     outputIds: call.outputIds,
     reply,

@@ -4,7 +4,9 @@
  * call can stand for them. The key is tolerant where clients legitimately differ: tool-call
  * arguments are compared as parsed JSON (a client may re-serialize them), assistant content is
  * compared trimmed, a `developer` message is a `system` message, and tool-call ids (which the
- * template does not render) only matter through the tool name they resolve to.
+ * template does not render) only matter through the tool name they resolve to. An assistant's
+ * reasoning (`reasoning_content`, or vLLM's newer `reasoning`) is part of its key when the client
+ * sends it: a template may render it.
  */
 import type { ChatMessage } from "@reins/protocol"
 
@@ -39,6 +41,15 @@ export interface ReplyCall {
 export interface Reply {
   readonly content: string
   readonly toolCalls: ReadonlyArray<ReplyCall>
+  /** The reasoning it answered with (`reasoning_content`), if the model wrote a reasoning block. */
+  readonly reasoning?: string | undefined
+}
+
+/** The reasoning a client sent with an assistant message, if any. */
+export const reasoningOf = (message: ChatMessage): string | undefined => {
+  if (message.role !== "assistant") return undefined
+  const r = message.reasoning_content ?? message.reasoning
+  return typeof r === "string" ? r : undefined
 }
 
 const callsKey = (calls: ReadonlyArray<{ readonly name: string; readonly arguments: string }>) =>
@@ -52,7 +63,9 @@ export const messageKeys = (messages: ReadonlyArray<ChatMessage>): Array<string>
       case "assistant": {
         const calls = (m.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }))
         for (const c of calls) names.set(c.id, c.name)
-        return JSON.stringify(["assistant", m.name ?? null, contentText(m.content).trim(), callsKey(calls)])
+        const key = ["assistant", m.name ?? null, contentText(m.content).trim(), callsKey(calls)]
+        const reasoning = reasoningOf(m)
+        return JSON.stringify(reasoning === undefined ? key : [...key, reasoning.trim()])
       }
       case "tool":
         return JSON.stringify(["tool", m.name ?? names.get(m.tool_call_id) ?? null, contentText(m.content)])
@@ -68,11 +81,13 @@ export const messageKeys = (messages: ReadonlyArray<ChatMessage>): Array<string>
 /**
  * Does the harness's assistant message stand for our reply? Tool calls match by their ids (which
  * we generated), or — for a client that re-generates ids — by name and parsed arguments; content
- * matches trimmed.
+ * matches trimmed, and so does reasoning when the client sends it back.
  */
 export const matchesReply = (message: ChatMessage, reply: Reply): boolean => {
   if (message.role !== "assistant") return false
   if (contentText(message.content).trim() !== reply.content.trim()) return false
+  const reasoning = reasoningOf(message)
+  if (reasoning !== undefined && reasoning.trim() !== (reply.reasoning ?? "").trim()) return false
   const calls = message.tool_calls ?? []
   if (calls.length !== reply.toolCalls.length) return false
   return calls.every((c, i) => {
@@ -84,9 +99,24 @@ export const matchesReply = (message: ChatMessage, reply: Reply): boolean => {
   })
 }
 
-/** The key our reply would have as a history message. */
+/** The key our reply would have as a history message (sent back without its reasoning). */
 export const replyKey = (reply: Reply): string =>
   JSON.stringify(["assistant", null, reply.content.trim(), callsKey(reply.toolCalls)])
 
-/** The tools as a comparable string (they are rendered into the system turn). */
-export const toolsKey = (tools: unknown): string => (tools === undefined || tools === null ? "" : JSON.stringify(tools))
+/**
+ * What identifies an assistant message as one of our replies whatever the client kept of it:
+ * its content and calls, without name or reasoning.
+ */
+export const replyIdentity = (content: string, calls: ReadonlyArray<{ readonly name: string; readonly arguments: string }>): string =>
+  JSON.stringify([content.trim(), callsKey(calls)])
+
+/**
+ * The tools (rendered into the system turn) and the request's `chat_template_kwargs` (which may
+ * change any part of the rendering) as a comparable string: a call's ids are only reused for a
+ * request with the same ones.
+ */
+export const toolsKey = (tools: unknown, chatTemplateKwargs?: unknown): string => {
+  const t = tools === undefined || tools === null ? "" : JSON.stringify(tools)
+  const none = chatTemplateKwargs === undefined || chatTemplateKwargs === null || Object.keys(chatTemplateKwargs as object).length === 0
+  return none ? t : `${t}\u0000${JSON.stringify(chatTemplateKwargs)}`
+}

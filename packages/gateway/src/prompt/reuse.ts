@@ -4,9 +4,9 @@
  * new messages are tokenized. When no earlier call can be reused, the reason is classified
  * (`history-edited`, `template`, `retokenized`, `truncated`) and the prompt is tokenized whole.
  */
-import type { ChatTemplate, Tokenizer } from "@reins/policy/text"
+import type { PromptTemplate, Tokenizer } from "@reins/policy/text"
 import type { BreakReason, ChatMessage, ChatTool } from "@reins/protocol"
-import { matchesReply, messageKeys, type Reply, replyKey, toolsKey } from "./keys.js"
+import { contentText, matchesReply, messageKeys, reasoningOf, type Reply, replyIdentity, replyKey, toolsKey } from "./keys.js"
 
 /** What an earlier successful chat call of the attempt leaves for the next ones. */
 export interface Turn {
@@ -23,7 +23,8 @@ export interface Turn {
 
 export interface PromptFormat {
   readonly tokenizer: Tokenizer
-  readonly template: ChatTemplate
+  /** reins's ChatTemplate or the model's own Hugging Face template: one pipeline for both. */
+  readonly template: PromptTemplate
 }
 
 export interface Reuse {
@@ -104,29 +105,62 @@ export const classifyBreak = (
   return "history-edited"
 }
 
+/**
+ * The messages as the template renders them: an assistant message that stands for one of the
+ * attempt's replies but came back without its reasoning gets the reasoning the Gateway answered
+ * with (most clients keep only `content` and `tool_calls`). A template that keeps reasoning in
+ * context (Qwen3's, inside a tool loop) then renders what the model actually wrote, and the
+ * earlier ids can be reused; templates that drop it are unaffected. Replies are found by their
+ * tool-call ids (unique per response), else by content and calls.
+ */
+export const withReasoning = (turns: ReadonlyArray<Turn>, messages: ReadonlyArray<ChatMessage>): ReadonlyArray<ChatMessage> => {
+  const byIds = new Map<string, string>()
+  const byIdentity = new Map<string, string>()
+  for (const { reply } of turns) {
+    if (reply.reasoning === undefined) continue
+    if (reply.toolCalls.length > 0) byIds.set(reply.toolCalls.map((c) => c.id).join("\u0000"), reply.reasoning)
+    byIdentity.set(replyIdentity(reply.content, reply.toolCalls), reply.reasoning)
+  }
+  if (byIdentity.size === 0) return messages
+  let out: Array<ChatMessage> | undefined
+  messages.forEach((m, i) => {
+    if (m.role !== "assistant" || reasoningOf(m) !== undefined) return
+    const calls = m.tool_calls ?? []
+    const reasoning =
+      (calls.length > 0 ? byIds.get(calls.map((c) => c.id).join("\u0000")) : undefined) ??
+      byIdentity.get(replyIdentity(contentText(m.content), calls.map((c) => c.function)))
+    if (reasoning === undefined) return
+    out ??= [...messages]
+    out[i] = { ...m, reasoning_content: reasoning }
+  })
+  return out ?? messages
+}
+
 const isTemplateError = (e: unknown) => typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "ChatTemplateError"
 
 /**
  * The prompt ids of a chat request given the attempt's earlier turns. Throws `ChatTemplateError`
- * when the template cannot render the request at all.
+ * when the template cannot render the request at all, `ChatTemplateRaised` when it refuses it.
  */
 export const buildPrompt = (
   format: PromptFormat,
   turns: ReadonlyArray<Turn>,
   messages: ReadonlyArray<ChatMessage>,
-  tools: ReadonlyArray<ChatTool> | undefined
+  tools: ReadonlyArray<ChatTool> | undefined,
+  chatTemplateKwargs?: Readonly<Record<string, unknown>> | undefined
 ): BuiltPrompt => {
   const keys = messageKeys(messages)
-  const tk = toolsKey(tools)
-  const options = { tools, addGenerationPrompt: true }
+  const tk = toolsKey(tools, chatTemplateKwargs)
+  const options = { tools, addGenerationPrompt: true, chatTemplateKwargs }
   const match = findMatch(turns, messages, keys, tk)
+  const rendered = withReasoning(turns, messages)
   if (match !== null) {
     const { turn } = match
     if (match.retry) {
       return { promptIds: turn.promptIds, keys, toolsKey: tk, reuse: { reusedTokens: turn.promptIds.length, fromCallId: turn.callId, break: null } }
     }
     try {
-      const promptIds = format.template.continuePrompt(format.tokenizer, turn, messages, match.covered, options)
+      const promptIds = format.template.continuePrompt(format.tokenizer, turn, rendered, match.covered, options)
       return {
         promptIds,
         keys,
@@ -135,11 +169,11 @@ export const buildPrompt = (
       }
     } catch (e) {
       if (!isTemplateError(e)) throw e
-      const promptIds = format.template.encode(format.tokenizer, messages, options)
+      const promptIds = format.template.encode(format.tokenizer, rendered, options)
       return { promptIds, keys, toolsKey: tk, reuse: { reusedTokens: 0, fromCallId: null, break: "template" } }
     }
   }
-  const promptIds = format.template.encode(format.tokenizer, messages, options)
+  const promptIds = format.template.encode(format.tokenizer, rendered, options)
   const latest = turns[turns.length - 1]
   const reason = latest === undefined ? null : classifyBreak(latest, messages, keys, tk)
   return { promptIds, keys, toolsKey: tk, reuse: { reusedTokens: 0, fromCallId: null, break: reason } }

@@ -58,6 +58,11 @@ export class HfPromptTemplate implements PromptTemplate {
     this.parsers = { tool: this.detected.tool, reasoning: this.detected.reasoning }
   }
 
+  get source(): string {
+    const names = this.template.names
+    return this.template.source(names.includes("default") ? "default" : names[0])
+  }
+
   render(messages: ReadonlyArray<ChatMessage>, options?: PromptOptions): string {
     return this.template.render(messages, renderOptions(options))
   }

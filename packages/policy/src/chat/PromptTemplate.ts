@@ -34,6 +34,8 @@ export interface PromptTemplate {
   readonly kind: "reins" | "hf"
   /** The parsers for what the model writes (tool calls, reasoning). */
   readonly parsers: OutputParsers
+  /** The template's Jinja source (a model with several named ones: its default one). */
+  readonly source: string
   /** The prompt as text (control tokens as their text), for display and logs. */
   render(messages: ReadonlyArray<ChatMessage>, options?: PromptOptions): string
   /** The prompt as ids; control-token text inside messages and tools stays plain text. */

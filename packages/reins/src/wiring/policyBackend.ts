@@ -14,11 +14,12 @@ export const policyBackend: BackendLayer = Layer.unwrapEffect(
   Effect.gen(function*() {
     const { EngineGenerator, Gateway, Generator } = yield* Effect.promise(() => import("@reins/gateway"))
     const { deviceEngine } = yield* Effect.promise(() => import("@reins/policy/device"))
-    const { loadChatTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy/text"))
+    const { loadPromptTemplate, loadTokenizer } = yield* Effect.promise(() => import("@reins/policy/text"))
     const engine = yield* deviceEngine
     const info = yield* engine.info
     const tokenizer = yield* loadTokenizer(info.modelDir)
-    const template = yield* loadChatTemplate(info.modelDir)
+    // reins's own template or the model's Hugging Face one (tokenizer_config.json / chat_template.jinja).
+    const template = yield* loadPromptTemplate(info.modelDir)
     const generator = EngineGenerator.fromEngine(engine, {
       id: info.modelId,
       contextLength: info.contextLength,
