@@ -17,7 +17,7 @@ export interface FailureSummary {
    */
   readonly failedAttempts: number
   readonly failedRollouts: number
-  /** The most common reason of the failed rollouts (`infra/invalid-spec`, `timeout`, ...) and one example in full; null when none failed. */
+  /** The most common kind of reason of the failed rollouts (`infra/invalid-spec`, `timeout`, ...) and one example's detail; null when none failed. */
   readonly topReason: { readonly kind: string; readonly count: number; readonly example: string } | null
 }
 
@@ -29,9 +29,10 @@ const kindOf = (reason: string) => {
   return at < 0 ? reason : reason.slice(0, at)
 }
 
-/** The reason without the controller's retry note, at most `max` characters. */
+/** The reason after its kind, without the controller's retry note, at most `max` characters. */
 const example = (reason: string, max = 200) => {
-  const plain = reason.replace(/ \((gave up after|retried as attempt) [^)]*\)$/, "")
+  const kind = kindOf(reason)
+  const plain = reason.slice(kind.length).replace(/^: /, "").replace(/ \((gave up after|retried as attempt) [^)]*\)$/, "")
   return plain.length <= max ? plain : `${plain.slice(0, max - 1)}…`
 }
 
@@ -48,17 +49,20 @@ const topReason = (failed: ReadonlyArray<RolloutEnded>): FailureSummary["topReas
   return best
 }
 
+const kindAndExample = (top: NonNullable<FailureSummary["topReason"]>) =>
+  `${top.kind} (${top.count}×)${top.example === "" ? "" : `: ${top.example}`}`
+
 export const summarizeFailures = (ended: ReadonlyArray<RolloutEnded>): FailureSummary => {
   const failed = ended.filter((r) => r.state === "failed")
   const failedAttempts = ended.reduce((n, r) => n + (r.state === "failed" ? r.attempts : Math.max(0, r.attempts - 1)), 0)
   return { failedAttempts, failedRollouts: failed.length, topReason: topReason(failed) }
 }
 
-/** `failed: 6 attempts (3 rollouts), most often infra/api (3×): create Job …` — empty when nothing failed. */
+/** `failed: 6 attempts (3 rollouts), most often infra/api (3×): create Job …: HTTP 503 …` — empty when nothing failed. */
 export const describeFailures = (s: FailureSummary): string => {
   if (s.failedAttempts === 0) return ""
   const rollouts = s.failedRollouts === 0 ? "retried" : `${s.failedRollouts} rollout${s.failedRollouts === 1 ? "" : "s"}`
-  const top = s.topReason === null ? "" : `, most often ${s.topReason.kind} (${s.topReason.count}×): ${s.topReason.example}`
+  const top = s.topReason === null ? "" : `, most often ${kindAndExample(s.topReason)}`
   return `failed: ${s.failedAttempts} attempt${s.failedAttempts === 1 ? "" : "s"} (${rollouts})${top}`
 }
 
@@ -83,7 +87,7 @@ export class InfraStreak {
   message(limit: number): string {
     const top = topReason(this.failed)
     return `the last ${this.count} rollouts all failed for an infrastructure reason (max_infra_failures = ${limit}), ` +
-      `most often ${top?.kind ?? "unknown"} (${top?.count ?? 0}×): ${top?.example ?? ""}. ` +
+      `most often ${top === null ? "(no reason recorded)" : kindAndExample(top)}. ` +
       "The run stops instead of waiting for rollouts that cannot run: fix the cause (the rollout nodes' logs say more), then start the run again or --resume it"
   }
 }
