@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
-import { Task } from "@reins/protocol"
+import { HarnessSpec, Task, VerifierSpec } from "@reins/protocol"
 import { Context, Effect, Layer, Stream } from "effect"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import os from "node:os"
@@ -17,8 +17,21 @@ import { EvalConfig, loadRunConfig, Reins, RunConfig, type TrainerEvent, trainer
 
 const example = (name: string) => fileURLToPath(new URL(`../../examples/${name}/reins.config.json`, import.meta.url))
 
+/**
+ * The example's run in temp folders. Its processes run at niceness 0 rather than the launcher's
+ * default 19: a test shares the machine with other work, and at 19 the harnesses starve into
+ * their timeouts (a run's own harnesses and the device compete fairly either way).
+ */
 const tempRun = (run: RunConfig, dir: string, fields: Partial<ConstructorParameters<typeof RunConfig>[0]> = {}) =>
-  new RunConfig({ ...run, runs_dir: path.join(dir, "runs"), data_dir: path.join(dir, "data"), concurrency: 8, eval: new EvalConfig({ ...run.eval, enabled: false }), ...fields })
+  new RunConfig({
+    ...run,
+    harness: new HarnessSpec({ ...run.harness, nice: 0, ...(run.harness.verifier === undefined ? {} : { verifier: new VerifierSpec({ ...run.harness.verifier, nice: 0 }) }) }),
+    runs_dir: path.join(dir, "runs"),
+    data_dir: path.join(dir, "data"),
+    concurrency: 8,
+    eval: new EvalConfig({ ...run.eval, enabled: false }),
+    ...fields
+  })
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => mkdtempSync(path.join(os.tmpdir(), "reins-e2e-"))),

@@ -332,7 +332,8 @@ describe("harness", () => {
     const taskLine = readTasks("train").find((t) => t.input.question === user.content)!
     const { task, extra } = await Effect.runPromise(loadTaskSet(tmpFile(JSON.stringify(taskLine)))).then((s) => s.tasks[0]!)
     const launcher = makeLocalLauncher({ dataDir: join(tmp, "launcher"), baseEnv: { PATH: process.env.PATH } })
-    const harness = new HarnessSpec({ command: [process.execPath, HARNESS], timeout_s: 20, grace_s: 1, verifier: new VerifierSpec({ command: [process.execPath, VERIFY], timeout_s: 10 }) })
+    // Niceness 0 (the launcher's default is 19): a starved harness would hit its timeout on a busy machine.
+    const harness = new HarnessSpec({ command: [process.execPath, HARNESS], timeout_s: 20, grace_s: 1, nice: 0, verifier: new VerifierSpec({ command: [process.execPath, VERIFY], timeout_s: 10, nice: 0 }) })
     const result = await Effect.runPromise(
       Effect.scoped(runAttempt(launcher, { rolloutId: "r-calc", attemptId: "a-calc", attemptKey: "rk-calc", task, taskExtra: extra, harness, endpoints: { openaiBaseUrl: server.url } }))
     )

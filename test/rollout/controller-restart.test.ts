@@ -87,7 +87,8 @@ describe("controller restart recovery", () => {
         retry: { times: 4, baseMs: 20, maxMs: 200 },
         onScopeClose: "leave"
       }
-      const verifier = new VerifierSpec({ command: [process.execPath, controllerFixture("verifier.mjs")], timeout_s: 10 })
+      // Niceness 0: at the default 19 the verifier starves on a busy machine and times out.
+      const verifier = new VerifierSpec({ command: [process.execPath, controllerFixture("verifier.mjs")], timeout_s: 10, nice: 0 })
 
       // first incarnation: three rollouts whose Jobs run, then it goes away without cancelling anything
       const first = yield* start(incarnation(dir, launcher, { harness: k8sHarness(), onStop: "leave" }))
