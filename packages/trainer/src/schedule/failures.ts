@@ -32,7 +32,7 @@ const kindOf = (reason: string) => {
 /** The reason after its kind, without the controller's retry note, at most `max` characters. */
 const example = (reason: string, max = 200) => {
   const kind = kindOf(reason)
-  const plain = reason.slice(kind.length).replace(/^: /, "").replace(/ \((gave up after|retried as attempt) [^)]*\)$/, "")
+  const plain = reason.slice(kind.length).replace(/^: /, "").replace(/ \((gave up after \d+ attempt\(s\)|retried as attempt \d+)\)$/, "")
   return plain.length <= max ? plain : `${plain.slice(0, max - 1)}…`
 }
 
