@@ -62,7 +62,7 @@ const failingRun = async (name: string, d: K8sDouble, insecure: boolean, maxInfr
   const train = ws.reins([
     "train", "run.json", "--join", address, "--secret-file", join(ws.dir, "rollout-node", "cluster-secret"), "--node-data", "train-node", "--no-local-rollouts"
   ])
-  const code = await exitWithin(train, 150_000)
+  const code = await exitWithin(train, 240_000)
   return { code, train: train.output(), node: node.output() }
 }
 

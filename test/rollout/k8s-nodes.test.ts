@@ -181,7 +181,7 @@ describe("Kubernetes rollout nodes", () => {
         expect(d.deletes.map((x) => x.name).sort()).toEqual(ofB) // none of a's, ever
         expect(d.creates).toHaveLength(6)
       }).pipe(Effect.provide(controllerLayers(a.address, "controller-1")))
-    }), { timeout: 120_000 })
+    }), { timeout: 180_000 })
 
   it.scopedLive("a node killed -9 and restarted with the same identity adopts its own Jobs and no others; a new identity adopts nothing", () =>
     Effect.gen(function*() {
@@ -238,7 +238,7 @@ describe("Kubernetes rollout nodes", () => {
         expect(d.creates).toHaveLength(2)
         expect(d.deletes).toEqual([])
       }).pipe(Effect.provide(testNode(b.address, "member-2")))
-    }), { timeout: 120_000 })
+    }), { timeout: 180_000 })
 
   it.scopedLive("rolling update under leave: node A with 4 running Jobs is replaced by node B; no attempt is lost or run twice", () =>
     Effect.gen(function*() {
@@ -282,5 +282,5 @@ describe("Kubernetes rollout nodes", () => {
         expect(yield* exited(b)).toBe(0)
         expect(d.deletes).toEqual([]) // leave: B's stop deletes nothing either
       }).pipe(Effect.provide(controllerLayers(a.address, "controller-3")))
-    }), { timeout: 120_000 })
+    }), { timeout: 180_000 })
 })
