@@ -111,7 +111,15 @@ export const serve = <Rpcs extends Rpc.Any, Handlers extends RpcGroup.HandlersFr
   actor: { readonly name: string; readonly protocol: RpcGroup.RpcGroup<Rpcs> },
   build: Handlers | Effect.Effect<Handlers, EX, Scope.Scope>
 ): void => {
-  const handlers = actor.protocol.toLayer(build) as Layer.Layer<Rpc.ToHandler<Rpcs>, EX>
+  // A worker whose handlers cannot be built (a model that cannot be loaded) still serves: every
+  // call dies with that failure, so callers learn what is wrong at once instead of waiting.
+  const built = Effect.isEffect(build) ? build : Effect.succeed(build)
+  const orFailing = Effect.catchAllCause(built as Effect.Effect<Handlers, EX, Scope.Scope>, (cause) =>
+    Effect.zipRight(
+      Effect.logError(`worker of actor "${actor.name}" could not start`, cause),
+      Effect.succeed(failingHandlers(actor.protocol as unknown as RpcGroup.RpcGroup<Rpc.Any>, new Error(`actor "${actor.name}" could not start: ${Cause.pretty(cause)}`)) as unknown as Handlers)
+    ))
+  const handlers = actor.protocol.toLayer(orFailing) as unknown as Layer.Layer<Rpc.ToHandler<Rpcs>, EX>
   const server = RpcServer.layer(actor.protocol, { disableFatalDefects: true, disableTracing: true }).pipe(
     Layer.provide(handlers),
     Layer.provide(RpcServer.layerProtocolWorkerRunner),
@@ -122,4 +130,14 @@ export const serve = <Rpcs extends Rpc.Any, Handlers extends RpcGroup.HandlersFr
       Effect.tapErrorCause((cause) => Effect.logError(`worker of actor "${actor.name}" failed`, cause))
     )
   )
+}
+
+/** Handlers for every request of `group` that die with `error` (streams too). */
+const failingHandlers = (group: RpcGroup.RpcGroup<Rpc.Any>, error: Error): Record<string, () => unknown> => {
+  const handlers: Record<string, () => unknown> = {}
+  for (const rpc of group.requests.values()) {
+    const isStream = RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema)
+    handlers[rpc._tag] = isStream ? () => Stream.die(error) : () => Effect.die(error)
+  }
+  return handlers
 }

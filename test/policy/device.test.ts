@@ -7,24 +7,10 @@ import { Chunk, Effect, Fiber, Layer, Stream } from "effect"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
+import { engineSettled } from "./device-fixtures.js"
 
 const greedy = (maxTokens: number) =>
   new SamplingParams({ maxTokens, temperature: 0, topP: 1, topK: 0, stop: [], topLogprobs: 0 })
-
-/**
- * Polls Info until the engine is parked (it has looked at every change and has nothing it may run)
- * with a request in it, or has sampled past `sampledBefore`: the held state, or the proof there
- * is none. Bounded.
- */
-const engineSettled = (device: Effect.Effect.Success<typeof Device.client>, sampledBefore: number) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 2_000; i++) {
-      const { engine } = yield* device.Info()
-      if (engine.parked && (engine.waiting + engine.running + engine.held > 0 || engine.generatedTokens > sampledBefore)) return engine
-      yield* Effect.sleep("5 millis")
-    }
-    return yield* Effect.dieMessage("the engine never settled")
-  })
 
 describe("device actor", () => {
   it("runs the engine in a worker thread: info, streamed generation, pause/resume", async () => {

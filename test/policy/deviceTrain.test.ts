@@ -35,6 +35,7 @@ import { Chunk, Context, Deferred, Effect, Fiber, Layer, Stream } from "effect"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
+import { engineSettled } from "./device-fixtures.js"
 
 class Dirs extends Context.Tag("test/Dirs")<Dirs, { readonly root: string }>() {}
 
@@ -104,21 +105,6 @@ const fixedBatch = Effect.gen(function*() {
   const before = yield* score([SEQ_UP, SEQ_DOWN])
   return { before, samples: [sample(SEQ_UP, 1, before.logprobs[0]!), sample(SEQ_DOWN, -1, before.logprobs[1]!)] }
 })
-
-/**
- * Polls Info until the engine is parked (it has looked at every change and has nothing it may run)
- * with a request in it, or has sampled past `sampledBefore`: the held state, or the proof there
- * is none. Bounded.
- */
-const engineSettled = (device: Effect.Effect.Success<typeof Device.client>, sampledBefore: number) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 2_000; i++) {
-      const { engine } = yield* device.Info()
-      if (engine.parked && (engine.waiting + engine.running + engine.held > 0 || engine.generatedTokens > sampledBefore)) return engine
-      yield* Effect.sleep("5 millis")
-    }
-    return yield* Effect.dieMessage("the engine never settled")
-  })
 
 const isMonotone = (xs: ReadonlyArray<number>) => xs.every((x, i) => i === 0 || x >= xs[i - 1]!)
 

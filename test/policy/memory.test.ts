@@ -5,8 +5,9 @@
  * estimate's arithmetic on SmolLM2-135M (fits) and Qwen3-0.6B (does not, even with LoRA).
  */
 import { expect, it } from "@effect/vitest"
-import { decodeHfConfig, deviceHandlers, memoryNeed, wasmMisfit } from "@reins/policy"
-import { Effect } from "effect"
+import { decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, memoryNeed, wasmMisfit } from "@reins/policy"
+import { ActorSystem } from "@reins/runtime"
+import { Cause, Effect, Exit, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -46,5 +47,16 @@ describe("the wasm heap", () => {
       // The handlers' build, as the device's worker thread runs it.
       const error = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm" })))
       expect(error.message).toMatch(/qwen3-0\.6b: the model has 596M parameters: training all its weights .*wasm backend's 4\.0 GiB heap/)
+    }), 60_000)
+
+  it.effect("through a worker thread, a call to that device fails at once with the reason (no hang)", () =>
+    Effect.gen(function*() {
+      const dir = path.join(tmp, "qwen3-0.6b-worker")
+      fs.mkdirSync(dir)
+      fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify(QWEN3_06B))
+      const info = Effect.flatMap(Device.client, (d) => d.Info())
+      const exit = yield* Effect.exit(info.pipe(Effect.provide(deviceWorkerLayer({ modelDir: dir }, Device).pipe(Layer.provideMerge(ActorSystem.layerLocal())))))
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "").toMatch(/could not start: .*qwen3-0\.6b-worker: the model has 596M parameters/s)
     }), 60_000)
 })
