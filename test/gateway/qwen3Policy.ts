@@ -61,7 +61,7 @@ export const loadQwen3Text = async () => ({
 })
 
 const shape = (vocabSize: number) =>
-  makeConfig({ vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, headDimension: 8, dFf: 64, contextLength: 1024, mlp: "swiglu", qkNorm: true, tieEmbeddings: true })
+  makeConfig({ vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, headDimension: 8, dFf: 64, contextLength: 1024, qkNorm: true, tieEmbeddings: true })
 
 /** Does every trained slot of the batches predict its target greedily? */
 const reproduces = (model: Transformer, batches: ReturnType<typeof packSequences>) =>

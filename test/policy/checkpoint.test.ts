@@ -86,14 +86,15 @@ describe("model directory", () => {
 
   it("save → load is bit-exact and keeps the version, template and generation config", async () => {
     const dir = join(tmp, "roundtrip")
-    const model = Transformer.init(tinyConfig(tok.vocabSize, { positions: "learned", norm: "layernorm", mlp: "swiglu", tieEmbeddings: false }), 3)
+    const model = Transformer.init(tinyConfig(tok.vocabSize, { nKvHeads: 2, qkvBias: true, oBias: true, qkNorm: true, tieEmbeddings: false }), 3)
     model.version = 7
     const template = ChatTemplate.default()
     const gen = new GenerationConfig({ eosTokenIds: [...tok.stopIds], temperature: 0.7, topP: 0.9, topK: 20, maxNewTokens: 99 })
     await Effect.runPromise(saveModel(dir, model, tok, { chatTemplate: template, generationConfig: gen }))
     expect(readdirSync(dir).sort()).toEqual(["chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json"])
     const config = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"))
-    expect(config).toMatchObject({ model_type: "reins-gpt", vocab_size: tok.vocabSize, d_model: 32, n_layers: 2, positions: "learned", version: 7 })
+    // Our own models are saved as the Hugging Face architecture they are: here Qwen3 (q/k norms).
+    expect(config).toMatchObject({ architectures: ["Qwen3ForCausalLM"], vocab_size: tok.vocabSize, hidden_size: 32, num_hidden_layers: 2, num_key_value_heads: 2, attention_bias: true, tie_word_embeddings: false, torch_dtype: "float32" })
     const loaded = await Effect.runPromise(loadModel(dir))
     expect(loaded.model.version).toBe(7)
     expect(loaded.config).toEqual(model.config.withVersion(7))
@@ -134,12 +135,15 @@ describe("model directory", () => {
     const config = readFileSync(configFile, "utf8")
     writeFileSync(configFile, config.slice(0, 40))
     await expectFile("config.json", /invalid JSON/)
-    writeFileSync(configFile, config.replace('"d_model": 32', '"d_model": 64'))
-    await expectFile("model.safetensors", /config needs F32/)
-    writeFileSync(configFile, config.replace('"version": 0', '"version": 3'))
-    await expectFile("model.safetensors", /version 0 but config.json says 3/)
-    writeFileSync(configFile, config.replace('"n_heads": 4', '"n_heads": 4, "bogus": 1'))
-    await expectFile("config.json", /bogus/)
+    writeFileSync(configFile, config.replace('"hidden_size": 32', '"hidden_size": 64'))
+    await expectFile("model.safetensors", /config\.json implies/)
+    writeFileSync(configFile, config.replace('"reins_policy_version": 0', '"reins_policy_version": 3'))
+    await expectFile("model.safetensors", /policy version 0 but config\.json says 3/)
+    writeFileSync(configFile, config.replace('"hidden_act": "silu"', '"hidden_act": "gelu"'))
+    await expectFile("config.json", /hidden_act: "gelu" is not supported/)
+    // The format reins wrote before its models became Hugging Face ones is refused by name.
+    writeFileSync(configFile, JSON.stringify({ model_type: "reins-gpt", vocab_size: 300, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64, context_length: 64 }))
+    await expectFile("config.json", /model_type "reins-gpt" is a retired format .*rebuild the model with `reins sft`/)
     writeFileSync(configFile, config)
 
     const tokFile = join(dir, "tokenizer.json")

@@ -24,7 +24,7 @@ const TestLayer = Layer.unwrapScoped(Effect.gen(function*() {
     Effect.sync(() => mkdtempSync(path.join(os.tmpdir(), "reins-device-lora-"))),
     (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
   )
-  const config = makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dFf: 64, contextLength: 128, mlp: "swiglu" })
+  const config = makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dFf: 64, contextLength: 128 })
   const generationConfig = new GenerationConfig({ eosTokenIds: [], temperature: 1, topP: 1, topK: 0, maxNewTokens: 16 })
   yield* initModelDir(path.join(root, "base"), { tokenizer, config, seed: 3, generationConfig })
   const lora = { rank: 4, alpha: 8, dropout: 0, targets: ["q_proj", "v_proj", "o_proj", "down_proj"] }

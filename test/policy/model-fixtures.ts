@@ -14,9 +14,9 @@ export const backend = () => initBackend()
 export const tinyConfig = (vocabSize: number, overrides: Partial<Parameters<typeof makeConfig>[0]> = {}): ModelConfig =>
   makeConfig({ vocabSize, dModel: 32, nLayers: 2, nHeads: 4, dFf: 64, contextLength: 64, ...overrides })
 
-/** The other architecture choices, all at once. */
+/** The Llama family's other options, all at once: GQA, biases on q/k/v/o, Qwen3's q/k norms, an untied head. */
 export const variantConfig = (vocabSize: number): ModelConfig =>
-  tinyConfig(vocabSize, { positions: "learned", norm: "layernorm", mlp: "swiglu", tieEmbeddings: false })
+  tinyConfig(vocabSize, { nKvHeads: 2, qkvBias: true, oBias: true, qkNorm: true, tieEmbeddings: false })
 
 const CORPUS =
   "the cat sat on the mat. the dog sat on the log. a bird sang in the tree. " +

@@ -86,7 +86,7 @@ describe("reins export", () => {
 
   it("writes a LoRA checkpoint merged into its base; refuses what it cannot export", async () => {
     const base = path.join(tmp, "own-base")
-    const config = makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dFf: 48, contextLength: 64, mlp: "swiglu", tieEmbeddings: false })
+    const config = makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dFf: 48, contextLength: 64, tieEmbeddings: false })
     await Effect.runPromise(initModelDir(base, { tokenizer, config, seed: 1 }))
     const lora = new LoraConfig({ rank: 2, alpha: 4, targets: ["q_proj", "down_proj"] })
     const adapters = initAdapters(config, lora, 2)
@@ -110,11 +110,6 @@ describe("reins export", () => {
     expect(Math.max(...diff.map(Math.abs))).toBeGreaterThan(0.05)
     expect(Math.max(...merged.weights["layers.0.attn.wk"]!.map((v, i) => Math.abs(v - baseWeights["layers.0.attn.wk"]![i]!)))).toBeLessThan(0.01)
 
-    const gpt = path.join(tmp, "gpt-base")
-    await Effect.runPromise(initModelDir(gpt, { tokenizer, config: makeConfig({ vocabSize: tokenizer.vocabSize, dModel: 32, nLayers: 1, nHeads: 4, contextLength: 64 }), seed: 1 }))
-    const gelu = await exportCli(["--model", gpt, "--out", path.join(tmp, "gpt-out")])
-    expect(gelu.code).toBe(1)
-    expect(gelu.output).toMatch(/has no Hugging Face architecture \(positions rope, norm rmsnorm, mlp gelu\)/)
     const notEmpty = await exportCli(["--model", base, "--out", out])
     expect(notEmpty.output).toMatch(/--out .* exists and is not empty/)
   }, 240_000) // four CLI processes, each ~3 s to start here and much more on a loaded machine

@@ -1,8 +1,10 @@
 /**
- * A model directory, laid out like a Hugging Face one so people recognise it:
+ * A model directory is a Hugging Face one, in and out (checkpoint/hf/):
  *
- *   config.json               architecture + policy `version` (see model/config.ts)
- *   model.safetensors         weights, F32, [in, out] matrices (names: `parameterShapes`)
+ *   config.json               `architectures` (Llama, Mistral, Qwen2, Qwen3), the standard keys
+ *                             and the policy version (`reins_policy_version`)
+ *   model.safetensors         weights in the checkpoint's dtype, Hugging Face names and [out, in]
+ *                             layout (or shards with model.safetensors.index.json)
  *   tokenizer.json            the tokenizer (tokenizer module)
  *   chat_template.jinja       the chat template (chat module); a Hugging Face model's may be
  *                             in tokenizer_config.json instead (chat/PromptTemplateFiles.ts)
@@ -21,16 +23,19 @@ import * as path from "node:path"
 import { ChatTemplate } from "../chat/ChatTemplate.js"
 import type { PromptTemplate } from "../chat/PromptTemplate.js"
 import { loadPromptTemplate, savePromptTemplate } from "../chat/PromptTemplateFiles.js"
-import { decodeConfig, encodeConfig, type ModelConfig, parameterShapes } from "../model/config.js"
+import { type ModelConfig, parameterShapes } from "../model/config.js"
 import { checkWeights, Transformer, type Weights } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
 import { decodeHfConfig, type HfModelConfig } from "./hf/config.js"
-import { hfModelFiles, isHfConfig, readHfModel, STALE_SHARD_INDEX } from "./hf/hfModel.js"
+import { asHfModel, hfModelFiles, isHfConfig, readHfModel, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
 import { HfWeightsError } from "./hf/weights.js"
 import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
+
+/** config.json of the format reins used before its models became Hugging Face ones. */
+const RETIRED_FORMAT = "reins-gpt"
 
 export const CONFIG_FILE = "config.json"
 export const WEIGHTS_FILE = "model.safetensors"
@@ -81,9 +86,6 @@ const reason = (e: unknown): string => (e instanceof Error ? e.message : String(
 
 const fail = (file: string, message: string, cause?: unknown) => new CheckpointError({ file, message: `${file}: ${message}`, cause })
 
-const readBytes = (file: string) =>
-  Effect.tryPromise({ try: () => fs.readFile(file), catch: (e) => fail(file, `cannot read (${reason(e)})`, e) })
-
 const readJson = (file: string) =>
   Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => fail(file, `cannot read (${reason(e)})`, e) }).pipe(
     Effect.flatMap((text) => Effect.try({ try: () => JSON.parse(text) as unknown, catch: (e) => fail(file, `invalid JSON (${reason(e)})`, e) }))
@@ -106,34 +108,6 @@ const write = (file: string, data: string | Uint8Array) =>
     catch: (e) => fail(file, `cannot write (${reason(e)})`, e)
   })
 
-/** Reads and checks `model.safetensors` against the config; returns the weights. */
-const readWeights = (file: string, config: ModelConfig) =>
-  readBytes(file).pipe(
-    Effect.flatMap((bytes) =>
-      Effect.try({
-        try: () => {
-          const { tensors, metadata } = decodeSafetensors(bytes)
-          const shapes = parameterShapes(config)
-          const weights: Weights = {}
-          for (const [name, t] of tensors) {
-            const expected = shapes[name]
-            if (expected !== undefined && (t.dtype !== "F32" || t.shape.join(",") !== expected.join(","))) {
-              throw new Error(`tensor ${name} is ${t.dtype} [${t.shape.join(", ")}], the config needs F32 [${expected.join(", ")}]`)
-            }
-            weights[name] = t.data as Float32Array
-          }
-          checkWeights(shapes, weights)
-          const version = metadata["version"]
-          if (version !== undefined && Number(version) !== config.version) {
-            throw new Error(`holds version ${version} but config.json says ${config.version} (a save was interrupted?)`)
-          }
-          return weights
-        },
-        catch: (e) => fail(file, reason(e), e)
-      })
-    )
-  )
-
 /**
  * Loads and validates a whole model directory — or a LoRA checkpoint (a PEFT adapter directory
  * without config.json): its base model, named by `base_model_name_or_path`, with the adapter
@@ -155,7 +129,8 @@ export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, Checkpo
     }
     const file = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(file)
-    return yield* Effect.try({ try: () => (isHfConfig(json) ? decodeHfConfig(json).config : decodeConfig(json)), catch: (e) => fail(file, reason(e), e) })
+    yield* requireHfConfig(file, json)
+    return yield* Effect.try({ try: () => decodeHfConfig(json).config, catch: (e) => fail(file, reason(e), e) })
   })
 
 const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
@@ -175,15 +150,14 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(configFile)
-    const hfModel = isHfConfig(json)
-      ? yield* Effect.tryPromise({
-        try: () => readHfModel(dir, json),
-        // HfWeightsError names its file; HfConfigError names the key of config.json.
-        catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
-      })
-      : undefined
-    const config = hfModel?.hf.config ?? (yield* Effect.try({ try: () => decodeConfig(json), catch: (e) => fail(configFile, reason(e), e) }))
-    const weights = hfModel?.weights ?? (yield* readWeights(path.join(dir, WEIGHTS_FILE), config))
+    yield* requireHfConfig(configFile, json)
+    const hfModel = yield* Effect.tryPromise({
+      try: () => readHfModel(dir, json),
+      // HfWeightsError names its file; HfConfigError names the key of config.json.
+      catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
+    })
+    const { config } = hfModel.hf
+    const { weights } = hfModel
     const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
     if (tokenizer.vocabSize > config.vocabSize) {
       return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
@@ -193,7 +167,7 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
     )
     const genFile = path.join(dir, GENERATION_CONFIG_FILE)
     // Hugging Face models may have none: the eos ids of config.json and the defaults then.
-    const hfDefault = hfModel !== undefined && !existsSync(genFile)
+    const hfDefault = !existsSync(genFile)
       ? new GenerationConfig({ eosTokenIds: [...hfModel.hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
       : undefined
     const generationConfig = hfDefault ?? (yield* readJson(genFile).pipe(
@@ -212,10 +186,24 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
     for (const id of generationConfig.eosTokenIds) {
       if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
     }
-    return { config, weights, tokenizer, chatTemplate, generationConfig, hf: hfModel?.hf }
+    return { config, weights, tokenizer, chatTemplate, generationConfig, hf: hfModel.hf }
   })
 
-/** Writes a whole model directory (creating it if needed); config.json is written last. */
+/** Fails unless config.json is a Hugging Face one (the retired format is named as such). */
+const requireHfConfig = (file: string, json: unknown): Effect.Effect<void, CheckpointError> => {
+  if (isHfConfig(json)) return Effect.void
+  const modelType = (json as Record<string, unknown> | null)?.["model_type"]
+  return Effect.fail(
+    modelType === RETIRED_FORMAT
+      ? fail(file, `model_type "${RETIRED_FORMAT}" is a retired format (GELU MLP, not a Hugging Face architecture) that reins no longer loads; rebuild the model with \`reins sft\`, which writes LlamaForCausalLM`)
+      : fail(file, `has no "architectures" list: not a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)`)
+  )
+}
+
+/**
+ * Writes a whole model directory (creating it if needed) in the Hugging Face layout of `hf`, or,
+ * for a model of our own, of the architecture it is (`asHfModel`); config.json is written last.
+ */
 export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<void, CheckpointError> =>
   Effect.gen(function* () {
     yield* Effect.tryPromise({ try: () => fs.mkdir(dir, { recursive: true }), catch: (e) => fail(dir, `cannot create (${reason(e)})`, e) })
@@ -223,23 +211,19 @@ export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<voi
       try: () => checkWeights(parameterShapes(contents.config), contents.weights),
       catch: (e) => fail(path.join(dir, WEIGHTS_FILE), `not written: ${reason(e)}`, e)
     })
-    const hfFiles = contents.hf === undefined ? undefined : hfModelFiles(contents.hf, contents.config, contents.weights)
-    if (hfFiles !== undefined) {
-      yield* write(path.join(dir, WEIGHTS_FILE), hfFiles.weights)
-      // one file now: an index left by an earlier sharded save would point elsewhere
-      yield* Effect.promise(() => fs.rm(path.join(dir, STALE_SHARD_INDEX), { force: true }))
-    } else {
-      const tensors: Record<string, TensorEntry> = {}
-      const shapes = parameterShapes(contents.config)
-      for (const [name, shape] of Object.entries(shapes)) tensors[name] = { dtype: "F32", shape, data: contents.weights[name]! }
-      yield* write(path.join(dir, WEIGHTS_FILE), encodeSafetensors(tensors, { format: "pt", version: String(contents.config.version) }))
-    }
+    const hfFiles = yield* Effect.try({
+      try: () => hfModelFiles(contents.hf ?? asHfModel(contents.config, contents.generationConfig.eosTokenIds), contents.config, contents.weights),
+      catch: (e) => fail(path.join(dir, CONFIG_FILE), `not written: ${reason(e)}`, e)
+    })
+    yield* write(path.join(dir, WEIGHTS_FILE), hfFiles.weights)
+    // one file now: an index left by an earlier sharded save would point elsewhere
+    yield* Effect.promise(() => fs.rm(path.join(dir, STALE_SHARD_INDEX), { force: true }))
     yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
     yield* savePromptTemplate(dir, contents.chatTemplate).pipe(
       Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
     )
     yield* write(path.join(dir, GENERATION_CONFIG_FILE), JSON.stringify(Schema.encodeSync(GenerationConfig)(contents.generationConfig), null, 2) + "\n")
-    yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(hfFiles?.config ?? encodeConfig(contents.config), null, 2) + "\n")
+    yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(hfFiles.config, null, 2) + "\n")
   })
 
 /** Saves a live model (its current weights and version) with its tokenizer and template. */

@@ -1,13 +1,11 @@
 /**
  * What the engine needs from a model: a KV cache per sequence and one batched forward call over
- * chunks of new tokens, returning the logits of each chunk's last token. Two implementations:
- * `FastDecoder` (model/fastDecode.ts, the default) and `TfDecoder`, the tfjs reference
- * (`Transformer.decode`, one sequence at a time), kept to measure against and to test with.
+ * chunks of new tokens, returning the logits of each chunk's last token. It is implemented by
+ * `FastDecoder` (model/fastDecode.ts); tests plug in a reference decoder of their own.
  */
-import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
-import { type TfKvCache, Transformer, type Weights } from "../model/transformer.js"
+import { Transformer, type Weights } from "../model/transformer.js"
 
 /** New weights for a decoder: a model (its current variables are read) or plain weights. */
 export type WeightSource = Transformer | Weights
@@ -74,49 +72,4 @@ export class FastEngineDecoder implements Decoder<KvCache> {
   dispose(): void {
     this.weights.dispose()
   }
-}
-
-/** The tfjs reference decoder: `Transformer.decode`, chunk by chunk (no batching). */
-export class TfDecoder implements Decoder<TfKvCache> {
-  constructor(
-    private model: Transformer,
-    private currentVersion = model.version
-  ) {}
-
-  get config(): ModelConfig {
-    return this.model.config
-  }
-
-  get version(): number {
-    return this.currentVersion
-  }
-
-  newCache(): TfKvCache {
-    return this.model.newCache()
-  }
-
-  releaseCache(cache: TfKvCache): void {
-    this.model.disposeCache(cache)
-  }
-
-  forward(chunks: ReadonlyArray<{ readonly cache: TfKvCache; readonly ids: Int32Array }>): Float32Array {
-    const V = this.model.config.vocabSize
-    const out = new Float32Array(chunks.length * V)
-    chunks.forEach((ch, i) => {
-      const logits = this.model.decode(ch.cache, ch.ids)
-      const last = tf.tidy(() => tf.slice(logits, [ch.ids.length - 1, 0], [1, V]))
-      out.set(last.dataSync() as Float32Array, i * V)
-      tf.dispose([logits, last])
-    })
-    return out
-  }
-
-  /** The reference reads the live variables: training changes what it decodes with. */
-  setWeights(source: WeightSource, version: number): void {
-    if (source instanceof Transformer) this.model = source
-    else this.model.setWeights(source)
-    this.currentVersion = version
-  }
-
-  dispose(): void {}
 }

@@ -22,7 +22,7 @@ import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
 import type { Transformer } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { type Decoder, FastEngineDecoder, TfDecoder, type WeightSource } from "./decoder.js"
+import { type Decoder, FastEngineDecoder, type WeightSource } from "./decoder.js"
 import { EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
 
 export interface EngineOptions {
@@ -41,8 +41,6 @@ export interface EngineOptions {
    * more than the step itself at 16+ sequences; 10 ms is invisible to a reader.
    */
   readonly coalesceMs?: number
-  /** "fast" (default): typed-array decode path; "tfjs": the reference, unbatched. */
-  readonly decoder?: "fast" | "tfjs"
 }
 
 export interface GenerationEngine {
@@ -72,7 +70,7 @@ const yieldToEventLoop = Effect.async<void>((resume) => {
 export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
   Effect.gen(function* () {
     const version = options.version ?? options.model.version
-    const decoder: Decoder = options.decoder === "tfjs" ? new TfDecoder(options.model, version) : new FastEngineDecoder(options.model, version)
+    const decoder: Decoder = new FastEngineDecoder(options.model, version)
     const scheduler = new Scheduler({
       decoder,
       ...(options.tokenizer !== undefined ? { tokenizer: options.tokenizer } : {}),

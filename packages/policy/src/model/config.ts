@@ -1,32 +1,22 @@
 /**
- * The model's hyper-parameters, as stored in `config.json` of a model directory (snake_case keys,
- * Hugging-Face style, so the file reads like the ones people know).
+ * The model's hyper-parameters. Every model is of the Llama family (decoder-only, pre-norm,
+ * RMSNorm, rotary positions with half-split pairs, SwiGLU MLP W2·(silu(W1·x) ⊙ W3·x), no biases
+ * unless named); a Hugging Face `config.json` of Llama, Mistral, Qwen2 or Qwen3 maps onto these
+ * fields (checkpoint/hf/config.ts), and a model directory is always written in that layout.
  *
- * Architecture choices (all decoder-only, pre-norm, no biases in linear layers):
- *   norm        "rmsnorm" (default; scale only) or "layernorm" (scale and shift)
- *   positions   "rope" (default; rotary, half-split pairs, base `rope_theta`) or "learned" (a table
- *               of `context_length` position embeddings added to the token embeddings)
- *   mlp         "gelu" (default; W2·gelu(W1·x), with the sigmoid approximation
- *               gelu(x) ≈ x·σ(1.702x): XNNPACK has a fast sigmoid and no fast tanh/erf) or
- *               "swiglu" (W2·(silu(W1·x) ⊙ W3·x))
- *   tie_word_embeddings   the output head reuses the token embedding table (default true)
- *
- * The Llama family's options (Hugging Face checkpoints map onto these: see checkpoint/hf/):
+ *   tie_word_embeddings   the output head reuses the token embedding table
  *   n_kv_heads    grouped-query attention: key/value heads, each shared by n_heads / n_kv_heads
  *                 query heads (default n_heads)
  *   head_dim      may differ from d_model / n_heads, as in Qwen3 (default d_model / n_heads)
  *   qkv_bias      q, k and v projections have biases (Qwen2); o_bias: the output projection too
  *   qk_norm       an RMSNorm over each head of q and k before the rotation (Qwen3)
- *   rope_scaling  "linear" or "llama3" frequency scaling (see model/rope.ts)
- * `version` is the policy version of the weights (bumped by every training update).
+ *   rope_scaling  "linear" or "llama3" frequency scaling (see model/ops.ts)
+ * `version` is the policy version of the weights (bumped by every training update). The schema's
+ * snake_case keys are how the config travels in messages and reads in logs.
  */
 import { Schema } from "effect"
 
 const PositiveInt = Schema.Int.pipe(Schema.positive())
-
-export const NormKind = Schema.Literal("rmsnorm", "layernorm")
-export const PositionKind = Schema.Literal("rope", "learned")
-export const MlpKind = Schema.Literal("gelu", "swiglu")
 
 /** RoPE frequency scaling, as `transformers` computes it (`rope_type` "linear" or "llama3"). */
 export const RopeScaling = Schema.Union(
@@ -53,9 +43,6 @@ export class ModelConfig extends Schema.Class<ModelConfig>("ModelConfig")(
     nHeads: field(PositiveInt, "n_heads"),
     dFf: field(PositiveInt, "d_ff"),
     contextLength: field(PositiveInt, "context_length"),
-    positions: withDefault(PositionKind, "positions", "rope"),
-    norm: withDefault(NormKind, "norm", "rmsnorm"),
-    mlp: withDefault(MlpKind, "mlp", "gelu"),
     tieEmbeddings: withDefault(Schema.Boolean, "tie_word_embeddings", true),
     ropeTheta: withDefault(Schema.Number.pipe(Schema.positive()), "rope_theta", 10000),
     normEps: withDefault(Schema.Number.pipe(Schema.positive()), "norm_eps", 1e-5),
@@ -93,27 +80,16 @@ export class ModelConfig extends Schema.Class<ModelConfig>("ModelConfig")(
   }
 }
 
-/** The JSON object written as `config.json`. */
-export const encodeConfig = (config: ModelConfig): Record<string, unknown> => ({
-  model_type: "reins-gpt",
-  ...(Schema.encodeSync(ModelConfig)(config) as Record<string, unknown>)
-})
-
-/** Decodes `config.json` contents; throws a `ParseError` describing what is wrong. */
-export const decodeConfig = (json: unknown): ModelConfig => {
-  const { model_type: _ignored, ...rest } = (json ?? {}) as Record<string, unknown>
-  const config = Schema.decodeUnknownSync(ModelConfig, { onExcessProperty: "error" })(rest)
-  return validate(config)
-}
-
 /** Checks what the schema cannot express; throws an Error naming the problem. */
 export const validate = (c: ModelConfig): ModelConfig => {
   if (c.headDimension === undefined && c.dModel % c.nHeads !== 0) throw new Error(`d_model ${c.dModel} is not divisible by n_heads ${c.nHeads}`)
   if (c.nHeads % c.kvHeads !== 0) throw new Error(`n_heads ${c.nHeads} is not a multiple of n_kv_heads ${c.kvHeads}`)
-  if (c.positions === "rope" && c.headDim % 2 !== 0) throw new Error(`rope needs an even head dimension (head_dim = ${c.headDim})`)
-  if (c.ropeScaling !== undefined && c.positions !== "rope") throw new Error(`rope_scaling needs positions "rope"`)
+  if (c.headDim % 2 !== 0) throw new Error(`rotary positions need an even head dimension (head_dim = ${c.headDim})`)
   return c
 }
+
+/** Llama's SwiGLU width for a model width: 8/3 of it (the parameters of a 4× GELU MLP), rounded up to 32. */
+export const defaultFfWidth = (dModel: number): number => Math.ceil((8 * dModel) / 3 / 32) * 32
 
 /** Builds a validated config from camelCase fields (defaults for the optional ones). */
 export const makeConfig = (fields: {
@@ -123,9 +99,6 @@ export const makeConfig = (fields: {
   readonly nHeads: number
   readonly dFf?: number
   readonly contextLength: number
-  readonly positions?: typeof PositionKind.Type
-  readonly norm?: typeof NormKind.Type
-  readonly mlp?: typeof MlpKind.Type
   readonly tieEmbeddings?: boolean
   readonly ropeTheta?: number
   readonly normEps?: number
@@ -136,30 +109,31 @@ export const makeConfig = (fields: {
   readonly qkNorm?: boolean
   readonly ropeScaling?: RopeScaling
   readonly version?: number
-}): ModelConfig =>
-  validate(
+}): ModelConfig => {
+  if (fields.headDimension === undefined && fields.dModel % fields.nHeads !== 0) throw new Error(`d_model ${fields.dModel} is not divisible by n_heads ${fields.nHeads}`)
+  // Every option explicit, so a config made here equals the one its saved config.json reads back as.
+  return validate(
     new ModelConfig({
-      positions: "rope",
-      norm: "rmsnorm",
-      mlp: "gelu",
       tieEmbeddings: true,
       ropeTheta: 10000,
       normEps: 1e-5,
       version: 0,
+      qkvBias: false,
+      oBias: false,
+      qkNorm: false,
       ...fields,
-      dFf: fields.dFf ?? 4 * fields.dModel
+      nKvHeads: fields.nKvHeads ?? fields.nHeads,
+      headDimension: fields.headDimension ?? fields.dModel / fields.nHeads,
+      dFf: fields.dFf ?? defaultFfWidth(fields.dModel)
     })
   )
+}
 
 /** Shapes of every parameter, by its name in `model.safetensors`. Matrices are [in, out]. */
 export const parameterShapes = (c: ModelConfig): Record<string, ReadonlyArray<number>> => {
   const d = c.dModel
   const shapes: Record<string, ReadonlyArray<number>> = { "tok_embeddings.weight": [c.vocabSize, d] }
-  if (c.positions === "learned") shapes["pos_embeddings.weight"] = [c.contextLength, d]
-  const norm = (name: string) => {
-    shapes[`${name}.weight`] = [d]
-    if (c.norm === "layernorm") shapes[`${name}.bias`] = [d]
-  }
+  const norm = (name: string) => (shapes[`${name}.weight`] = [d])
   for (let l = 0; l < c.nLayers; l++) {
     const p = `layers.${l}`
     norm(`${p}.attn_norm`)
@@ -179,7 +153,7 @@ export const parameterShapes = (c: ModelConfig): Record<string, ReadonlyArray<nu
     }
     norm(`${p}.mlp_norm`)
     shapes[`${p}.mlp.w1`] = [d, c.dFf]
-    if (c.mlp === "swiglu") shapes[`${p}.mlp.w3`] = [d, c.dFf]
+    shapes[`${p}.mlp.w3`] = [d, c.dFf]
     shapes[`${p}.mlp.w2`] = [c.dFf, d]
   }
   norm("norm")
@@ -200,7 +174,7 @@ export const forwardFlops = (c: ModelConfig, tokens: number, seqLen: number): nu
   const d = c.dModel
   // The one-hot embedding product is not counted: it is a lookup, not model arithmetic.
   const projections = d * (2 * c.qDim + 2 * c.kvDim)
-  const perToken = c.nLayers * (projections + (c.mlp === "swiglu" ? 3 : 2) * d * c.dFf) + d * c.vocabSize /* head */
+  const perToken = c.nLayers * (projections + 3 * d * c.dFf) + d * c.vocabSize /* head */
   const attention = c.nLayers * 2 * seqLen * c.qDim // QKᵀ and P·V per token
   return 2 * tokens * (perToken + attention)
 }

@@ -13,11 +13,11 @@ import { makeConfig, type ModelConfig } from "./config.js"
 import { initWeights, Transformer } from "./transformer.js"
 
 /**
- * ~1M parameters at a 512-token vocabulary: d_model 128, 4 layers of 4 heads, d_ff 512, RMSNorm,
- * RoPE, GELU, tied embeddings; 1024 tokens of context (agent transcripts need room).
+ * ~1M parameters at a 512-token vocabulary, a small Llama: d_model 128, 4 layers of 4 heads,
+ * SwiGLU d_ff 352, tied embeddings; 1024 tokens of context (agent transcripts need room).
  */
 export const defaultModelConfig = (vocabSize: number, overrides: Partial<Parameters<typeof makeConfig>[0]> = {}): ModelConfig =>
-  makeConfig({ vocabSize, dModel: 128, nLayers: 4, nHeads: 4, dFf: 512, contextLength: 1024, ...overrides })
+  makeConfig({ vocabSize, dModel: 128, nLayers: 4, nHeads: 4, contextLength: 1024, ...overrides })
 
 /** A freshly initialised model (the tfjs backend must be initialised). */
 export const createDefaultModel = (config: ModelConfig, seed = 0): Transformer => Transformer.init(config, seed)

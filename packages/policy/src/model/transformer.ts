@@ -2,29 +2,28 @@
  * The policy model: a decoder-only, pre-norm transformer in TensorFlow.js, in the spirit of
  * nanoGPT — one block type, repeated:
  *
- *   x = embed(tokens) [+ embed(positions) with learned positions]
- *   for every layer:   x = x + Wo·attention(norm(x)·Wq, norm(x)·Wk, norm(x)·Wv)      (causal, RoPE)
- *                      x = x + mlp(norm(x))                                          (GELU or SwiGLU)
- *   logits = norm(x)·head        (head = embeddingᵀ when tied)
+ *   x = embed(tokens)
+ *   for every layer:   x = x + Wo·attention(rmsnorm(x)·Wq, rmsnorm(x)·Wk, rmsnorm(x)·Wv)   (causal, RoPE)
+ *                      x = x + W2·(silu(W1·m) ⊙ W3·m),  m = rmsnorm(x)                     (SwiGLU)
+ *   logits = rmsnorm(x)·head        (head = embeddingᵀ when tied)
  *
  * Matrices are stored [in, out] so a layer is `x·W`; the Llama family's options (grouped-query
- * attention, q/k/v biases, per-head q/k norms, RoPE scaling) are documented in config.ts. Two forward passes:
+ * attention, q/k/v biases, per-head q/k norms, RoPE scaling) are documented in config.ts.
+ * `forward(batch)` is the training pass, differentiable: rows of packed sequences (each row may
+ * hold several sequences; attention never crosses a sequence boundary, positions restart at each
+ * sequence) → logits for every token. Generation runs the same arithmetic in inference form, with
+ * a KV cache and without autodiff (fastDecode.ts); tests hold both to a float64 reference.
  *
- *   forward(batch)        training: rows of packed sequences (each row may hold several
- *                         sequences; attention never crosses a sequence boundary, positions
- *                         restart at each sequence) → logits for every token.
- *   decode(cache, ids)    generation: appends ids to a KV cache and returns their logits. This is
- *                         the tfjs reference; the engine decodes with fastDecode.ts, which is
- *                         tested to agree with it.
- *
- * Parameters are tf.Variables named as in `model.safetensors` (see `parameterShapes`).
+ * Parameters are tf.Variables with the names of `parameterShapes` (checkpoint/hf/weights.ts maps
+ * them to and from Hugging Face's).
  */
 import * as tf from "@tensorflow/tfjs"
 import { Rng } from "../random.js"
 import { type ModelConfig, parameterShapes } from "./config.js"
 import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
 import { upload } from "./heap.js"
-import { attention, type AttentionLayout, embed, matmul, norm, type RopeTable, ropeTable, ropeTf } from "./ops.js"
+import { attention, type AttentionLayout } from "./attention.js"
+import { embed, matmul, rmsNorm, type RopeTable, ropeTable } from "./ops.js"
 
 /**
  * A training micro-batch: `rows` rows of `seqLen` tokens, row-major. `segments` numbers the
@@ -39,20 +38,12 @@ export interface TokenBatch {
   readonly segments: Int32Array
 }
 
-/** The tfjs reference KV cache of one sequence: rotated keys and values [length, d] per layer. */
-export interface TfKvCache {
-  length: number
-  keys: Array<tf.Tensor2D>
-  values: Array<tf.Tensor2D>
-}
-
 export type Weights = Record<string, Float32Array>
 
 export class WeightsError extends Error {
   override readonly name = "WeightsError"
 }
 
-const gelu = (x: tf.Tensor2D): tf.Tensor2D => tf.mul(x, tf.sigmoid(tf.mul(x, 1.702)))
 const silu = (x: tf.Tensor2D): tf.Tensor2D => tf.mul(x, tf.sigmoid(x))
 
 /** Index, within its row, of the first token of each token's sequence. */
@@ -82,7 +73,7 @@ export class Transformer {
   private adapters: Adapters | undefined
   /** The policy version of the current weights. */
   version: number
-  private readonly rope: RopeTable | undefined
+  private readonly rope: RopeTable
 
   private constructor(
     readonly config: ModelConfig,
@@ -99,7 +90,7 @@ export class Transformer {
       })
     )
     this.version = config.version
-    this.rope = config.positions === "rope" ? ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling) : undefined
+    this.rope = ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling)
   }
 
   /** A model with the given weights (checked against the config's names and shapes). */
@@ -200,20 +191,14 @@ export class Transformer {
       training: options.training ?? false
     }
     return tf.tidy(() => {
-      let x = this.embedTokens(batch.inputIds, batch.positions)
-      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, (q, k, v) => attention(q, k, v, layout), layout.training)
+      let x = embed(batch.inputIds, this.param("tok_embeddings.weight") as tf.Tensor2D)
+      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, layout)
       return this.head(x)
     })
   }
 
-  private embedTokens(ids: Int32Array, positions: Int32Array): tf.Tensor2D {
-    const x = embed(ids, this.param("tok_embeddings.weight") as tf.Tensor2D)
-    return this.config.positions === "learned" ? tf.add(x, embed(positions, this.param("pos_embeddings.weight") as tf.Tensor2D)) : x
-  }
-
   private norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
-    const bias = this.config.norm === "layernorm" ? (this.param(`${name}.bias`) as tf.Tensor1D) : undefined
-    return norm(x, this.param(`${name}.weight`) as tf.Tensor1D, bias, this.config.normEps)
+    return rmsNorm(x, this.param(`${name}.weight`) as tf.Tensor1D, this.config.normEps)
   }
 
   /** x·W (+ b when the parameter `bias` exists) (+ the LoRA update when W is adapted). */
@@ -233,7 +218,7 @@ export class Transformer {
   private headNorm(x: tf.Tensor2D, name: string): tf.Tensor2D {
     const [n, width] = x.shape
     const hd = this.config.headDim
-    const normed = norm(tf.reshape(x, [(n * width) / hd, hd]), this.param(name) as tf.Tensor1D, undefined, this.config.normEps)
+    const normed = rmsNorm(tf.reshape(x, [(n * width) / hd, hd]), this.param(name) as tf.Tensor1D, this.config.normEps)
     return tf.reshape(normed, [n, width])
   }
 
@@ -246,10 +231,10 @@ export class Transformer {
     return tf.reshape(tf.tile(tf.reshape(x, [n, c.kvHeads, 1, c.headDim]), [1, 1, groups, 1]), [n, c.qDim])
   }
 
-  /** One pre-norm block; `attend` maps (q, k, v) of the new tokens to their attention output. */
-  private block(x: tf.Tensor2D, l: number, attend: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D, training = false): tf.Tensor2D {
+  /** One pre-norm block. */
+  private block(x: tf.Tensor2D, l: number, layout: AttentionLayout): tf.Tensor2D {
     const p = `layers.${l}`
-    const linear = (input: tf.Tensor2D, name: string, bias = "") => this.linear(input, `${p}.${name}`, `${p}.${bias}`, training)
+    const linear = (input: tf.Tensor2D, name: string, bias = "") => this.linear(input, `${p}.${name}`, `${p}.${bias}`, layout.training)
     const h = this.norm(x, `${p}.attn_norm`)
     let q = linear(h, "attn.wq", "attn.bq")
     let k = linear(h, "attn.wk", "attn.bk")
@@ -257,10 +242,10 @@ export class Transformer {
       q = this.headNorm(q, `${p}.attn.q_norm.weight`)
       k = this.headNorm(k, `${p}.attn.k_norm.weight`)
     }
-    const a = attend(q, this.repeatKv(k), this.repeatKv(linear(h, "attn.wv", "attn.bv")))
+    const a = attention(q, this.repeatKv(k), this.repeatKv(linear(h, "attn.wv", "attn.bv")), layout)
     x = tf.add(x, linear(a, "attn.wo", "attn.bo"))
     const m = this.norm(x, `${p}.mlp_norm`)
-    const hidden: tf.Tensor2D = this.config.mlp === "swiglu" ? tf.mul(silu(linear(m, "mlp.w1")), linear(m, "mlp.w3")) : gelu(linear(m, "mlp.w1"))
+    const hidden: tf.Tensor2D = tf.mul(silu(linear(m, "mlp.w1")), linear(m, "mlp.w3"))
     return tf.add(x, linear(hidden, "mlp.w2"))
   }
 
@@ -269,60 +254,6 @@ export class Transformer {
     const h = this.norm(x, "norm")
     const head = this.config.tieEmbeddings ? tf.transpose(this.param("tok_embeddings.weight") as tf.Tensor2D) : (this.param("lm_head.weight") as tf.Tensor2D)
     return matmul(h, head)
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // Reference decoding with a KV cache
-
-  newCache(): TfKvCache {
-    return { length: 0, keys: [], values: [] }
-  }
-
-  /**
-   * Runs `ids` (the next tokens of one sequence) through the model, appending their keys and
-   * values to `cache`; returns their logits [ids.length, vocab].
-   */
-  decode(cache: TfKvCache, ids: Int32Array): tf.Tensor2D {
-    const c = this.config
-    const n = ids.length
-    const start = cache.length
-    if (start + n > c.contextLength) throw new WeightsError(`sequence of ${start + n} tokens exceeds the context of ${c.contextLength}`)
-    const positions = Int32Array.from({ length: n }, (_, i) => start + i)
-    const H = c.nHeads
-    const hd = c.headDim
-    const logits = tf.tidy(() => {
-      let x = this.embedTokens(ids, positions)
-      for (let l = 0; l < c.nLayers; l++) {
-        x = this.block(x, l, (q, k, v) => {
-          if (this.rope !== undefined) {
-            q = ropeTf(q, positions, H, this.rope)
-            k = ropeTf(k, positions, H, this.rope)
-          }
-          const keys = l < cache.keys.length ? tf.concat([cache.keys[l]!, k]) : k
-          const values = l < cache.values.length ? tf.concat([cache.values[l]!, v]) : v
-          tf.dispose([cache.keys[l], cache.values[l]].filter((t) => t !== undefined))
-          cache.keys[l] = tf.keep(keys)
-          cache.values[l] = tf.keep(values)
-          const total = start + n
-          const heads = (t: tf.Tensor2D, len: number) => tf.transpose(tf.reshape(t, [len, H, hd]), [1, 0, 2]) // [H, len, hd]
-          const mask = new Float32Array(n * total)
-          for (let i = 0; i < n; i++) mask.fill(-1e9, i * total + start + i + 1, (i + 1) * total)
-          const scores = tf.add(tf.mul(tf.matMul(heads(q, n), heads(keys, total), false, true), 1 / Math.sqrt(hd)), tf.tensor3d(mask, [1, n, total]))
-          const out = tf.matMul(tf.softmax(scores), heads(values, total)) // [H, n, hd]
-          return tf.reshape(tf.transpose(out, [1, 0, 2]), [n, H * hd])
-        })
-      }
-      return this.head(x)
-    })
-    cache.length = start + n
-    return logits
-  }
-
-  disposeCache(cache: TfKvCache): void {
-    tf.dispose([...cache.keys, ...cache.values])
-    cache.keys = []
-    cache.values = []
-    cache.length = 0
   }
 
   // -------------------------------------------------------------------------------------------
@@ -365,7 +296,7 @@ export const checkWeights = (shapes: Record<string, ReadonlyArray<number>>, weig
 
 /**
  * GPT-2 style initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
- * (attn.wo, mlp.w2) scaled by 1/√(2·layers), norm scales 1 and shifts 0.
+ * (attn.wo, mlp.w2) scaled by 1/√(2·layers), norm scales 1, biases 0.
  */
 export const initWeights = (config: ModelConfig, seed: number): Weights => {
   const rng = new Rng(seed)
@@ -374,7 +305,7 @@ export const initWeights = (config: ModelConfig, seed: number): Weights => {
   for (const [name, shape] of Object.entries(parameterShapes(config))) {
     const w = new Float32Array(shape.reduce((a, b) => a * b, 1))
     if (name.endsWith("norm.weight")) w.fill(1)
-    else if (!name.endsWith(".bias") && !/\.attn\.b[qkvo]$/.test(name)) {
+    else if (!/\.attn\.b[qkvo]$/.test(name)) {
       const std = name.endsWith("attn.wo") || name.endsWith("mlp.w2") ? residualStd : 0.02
       for (let i = 0; i < w.length; i++) w[i] = std * rng.normal()
     }

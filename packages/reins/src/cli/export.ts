@@ -36,13 +36,8 @@ const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Opti
     if (!isAdapter && args.mergeLora) return yield* new ExportError({ message: `--merge-lora: ${args.model} is not a LoRA adapter (it has no ${policy.ADAPTER_CONFIG_FILE})` })
     if (existsSync(args.out) && readdirSync(args.out).length > 0) return yield* new ExportError({ message: `--out ${args.out} exists and is not empty` })
     const loaded = yield* policy.loadModelDir(args.model)
+    // A loaded directory is always a Hugging Face one (loadModelDir refuses anything else).
     const hf = loaded.hf ?? policy.asHfModel(loaded.config, loaded.generationConfig.eosTokenIds)
-    if (hf === undefined) {
-      const c = loaded.config
-      return yield* new ExportError({
-        message: `${args.model} has no Hugging Face architecture (positions ${c.positions}, norm ${c.norm}, mlp ${c.mlp}); only RoPE + RMSNorm + SwiGLU models export as Llama, Qwen2 or Qwen3`
-      })
-    }
     const target = { ...hf, dtype: Option.match(args.dtype, { onNone: () => hf.dtype, onSome: (d) => DTYPES[d] }) }
     yield* policy.saveModelDir(args.out, { ...loaded, hf: target })
     // A loaded Hugging Face model keeps its tokenizer_config.json (special tokens, template) too.

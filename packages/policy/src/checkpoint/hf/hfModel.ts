@@ -1,14 +1,14 @@
 /**
  * The Hugging Face side of a model directory: recognising one (config.json with
  * `architectures`), reading its config and weights, writing them back in the checkpoint's dtype,
- * and describing a model of our own as a Hugging Face architecture when it is one.
+ * and describing a model of our own as the Hugging Face architecture it is.
  */
 import { type ModelConfig } from "../../model/config.js"
 import type { Weights } from "../../model/transformer.js"
 import { decodeHfConfig, encodeHfConfig, type HfArchitecture, type HfDtype, type HfModelConfig } from "./config.js"
 import { encodeHfWeights, HF_INDEX_FILE, readHfWeights } from "./weights.js"
 
-/** True for a `config.json` written by `transformers` (ours has `model_type: "reins-gpt"`). */
+/** True for a `config.json` in the layout `transformers` writes (it names its `architectures`). */
 export const isHfConfig = (json: unknown): boolean =>
   typeof json === "object" && json !== null && Array.isArray((json as Record<string, unknown>)["architectures"])
 
@@ -32,16 +32,16 @@ export const hfModelFiles = (
 export const STALE_SHARD_INDEX = HF_INDEX_FILE
 
 /**
- * Our model as a Hugging Face one, when its architecture is one (RoPE, RMSNorm, SwiGLU): Qwen3
- * with q/k norms, Qwen2 with q/k/v biases only, Llama otherwise. `undefined` for the others
- * (learned positions, LayerNorm, GELU), which no `transformers` class runs.
+ * Our model as the Hugging Face architecture it is: Qwen3 with q/k norms, Qwen2 with q/k/v biases
+ * only, Llama otherwise. Throws for a bias combination none of them has (an output bias without
+ * q/k/v biases, or one with q/k norms but not on every projection).
  */
-export const asHfModel = (config: ModelConfig, eosTokenIds: ReadonlyArray<number>, bosTokenId?: number): HfModelConfig | undefined => {
-  if (config.positions !== "rope" || config.norm !== "rmsnorm" || config.mlp !== "swiglu") return undefined
+export const asHfModel = (config: ModelConfig, eosTokenIds: ReadonlyArray<number>, bosTokenId?: number): HfModelConfig => {
   const qkvBias = config.qkvBias === true
   const oBias = config.oBias === true
   const architecture: HfArchitecture = config.qkNorm === true ? "Qwen3ForCausalLM" : qkvBias && !oBias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"
-  if (architecture !== "Qwen2ForCausalLM" && qkvBias !== oBias) return undefined // Llama/Qwen3 bias all four or none
+  // Llama and Qwen3 bias all four projections or none.
+  if (architecture !== "Qwen2ForCausalLM" && qkvBias !== oBias) throw new Error(`no Hugging Face architecture has qkv_bias ${qkvBias} with o_bias ${oBias}${config.qkNorm === true ? " and q/k norms" : ""}`)
   const raw: Record<string, unknown> = {
     architectures: [architecture],
     model_type: architecture === "LlamaForCausalLM" ? "llama" : architecture === "Qwen2ForCausalLM" ? "qwen2" : "qwen3",

@@ -157,8 +157,19 @@ export const readHfWeights = async (dir: string, config: ModelConfig): Promise<W
     const files = shards.size > 0 ? new Set(shards.values()) : new Set([HF_WEIGHTS_FILE])
     for (const file of files) {
       const reader = await open(file)
+      // reins records the policy version in both files; config.json is written last, so a save
+      // interrupted between the two leaves them disagreeing.
+      const version = reader.header.metadata["version"]
+      if (version !== undefined && Number(version) !== config.version) {
+        throw new HfWeightsError(path.join(dir, file), `holds policy version ${version} but config.json says ${config.version} (a save was interrupted?)`)
+      }
       for (const name of reader.header.tensors.keys()) {
         if (!expected.has(name) && !IGNORED.test(name)) throw new HfWeightsError(path.join(dir, file), `unexpected tensor ${name} (config.json does not use it)`)
+      }
+      try {
+        await reader.verifyChecksum()
+      } catch (e) {
+        throw new HfWeightsError(path.join(dir, file), (e as Error).message)
       }
     }
     return weights
