@@ -180,6 +180,14 @@ describe("a model directory's prompt template", () => {
     Effect.gen(function* () {
       const own = yield* loadPromptTemplate(dir("own", { "chat_template.jinja": ChatTemplate.default().source }))
       expect(own).toBeInstanceOf(ChatTemplate)
+      // Parsers chosen by name apply to Hugging Face templates only: reins's own has its own format.
+      const refused = yield* Effect.flip(loadPromptTemplate(join(tmp, "own"), { parsers: { toolParser: "hermes" } }))
+      expect(refused).toBeInstanceOf(ChatTemplateError)
+      expect(refused.message).toMatch(/output parsers \(hermes\) apply to a Hugging Face chat template/)
+      expect(yield* loadPromptTemplate(join(tmp, "own"), { parsers: { toolParser: "auto" } })).toBeInstanceOf(ChatTemplate)
+      // A parser named in the settings wins over the one detected from the template.
+      const chosen = yield* loadPromptTemplate(QWEN3_DIR, { parsers: { toolParser: "none", reasoningParser: "none" } })
+      expect(chosen.parsers).toEqual({ tool: "none", reasoning: "none" })
       // Qwen3's template saved as chat_template.jinja alone: not prefix-stable, so read as transformers reads it.
       const jinjaOnly = yield* loadPromptTemplate(dir("jinja-only", { "chat_template.jinja": qwenSource }))
       expect(jinjaOnly.kind).toBe("hf")

@@ -49,9 +49,17 @@ export const loadPromptTemplate = (dir: string, options?: LoadPromptTemplateOpti
     const file = path.join(dir, CHAT_TEMPLATE_FILE)
     return readText(file).pipe(
       Effect.flatMap((source) =>
-        Effect.try({ try: (): PromptTemplate => ChatTemplate.fromString(source), catch: (e) => e }).pipe(
-          // Not reins's kind of template: the same file read as transformers reads it.
-          Effect.catchAll(() => loadHf(dir, options))
+        Effect.try({ try: () => ChatTemplate.fromString(source), catch: (e) => e }).pipe(
+          Effect.matchEffect({
+            // Not reins's kind of template: the same file read as transformers reads it.
+            onFailure: () => loadHf(dir, options),
+            onSuccess: (template): Effect.Effect<PromptTemplate, ChatTemplateError> => {
+              const named = [options?.parsers?.toolParser, options?.parsers?.reasoningParser].filter((p) => p !== undefined && p !== "auto")
+              return named.length === 0
+                ? Effect.succeed(template)
+                : Effect.fail(new ChatTemplateError({ message: `${file}: output parsers (${named.join(", ")}) apply to a Hugging Face chat template; this is reins's own template, which has its own tool-call format` }))
+            }
+          })
         )
       )
     )

@@ -113,6 +113,7 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
     mkdirSync(runDir, { recursive: true })
     const stack = yield* localStack({
       modelDir: run.model,
+      parsers: { toolParser: run.tool_parser, reasoningParser: run.reasoning_parser },
       dataDir: path.join(run.data_dir, path.basename(runDir)),
       harness: run.harness,
       concurrency: run.concurrency,

@@ -10,7 +10,7 @@ import type * as GatewayModule from "@reins/gateway"
 import { ActorSystem } from "@reins/runtime"
 import { Console, Duration, Effect, Layer, Option } from "effect"
 import path from "node:path"
-import { policyBackend } from "../wiring/policyBackend.js"
+import { type ParserSettings, policyBackend } from "../wiring/policyBackend.js"
 import { failWith, parseListen } from "./node.js"
 
 const model = Options.directory("model").pipe(
@@ -44,18 +44,26 @@ const maxHold = Options.integer("max-hold").pipe(
   Options.withDefault(600),
   Options.withDescription("Seconds a call may be held by a pause before it gets 503 + Retry-After.")
 )
+const toolParser = Options.text("tool-call-parser").pipe(
+  Options.optional,
+  Options.withDescription("Tool-call parser of the model's Hugging Face template, as vLLM names them: hermes, llama3_json, mistral, none. Default: detected from the template.")
+)
+const reasoningParser = Options.text("reasoning-parser").pipe(
+  Options.optional,
+  Options.withDescription("Reasoning parser: qwen3 (<think>…</think> → reasoning_content) or none. Default: detected from the template.")
+)
 const alias = Options.text("model-alias").pipe(
   Options.repeated,
   Options.withDescription("Another model name to accept for the served model (repeatable).")
 )
 
 /** The device actor in a worker thread of this process, and the Gateway sampling through it. */
-const servedPolicy = (dir: string | undefined, data: string) =>
+const servedPolicy = (dir: string | undefined, data: string, parsers: ParserSettings) =>
   Effect.gen(function* () {
     // The device module loads no TensorFlow.js: the model lives in the device's worker thread.
     const { workerLayer: deviceWorkerLayer } = yield* Effect.promise(() => import("@reins/policy/device"))
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
-    const layer = policyBackend.pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined })))
+    const layer = policyBackend(parsers).pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined })))
     return { description: `policy ${modelDir} in a device worker thread`, layer: layer as BackendLayer }
   })
 
@@ -69,6 +77,8 @@ export interface ServeArgs {
   readonly publicUrl: Option.Option<string>
   readonly maxHold: number
   readonly alias: ReadonlyArray<string>
+  readonly toolParser: Option.Option<string>
+  readonly reasoningParser: Option.Option<string>
 }
 
 type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
@@ -87,7 +97,7 @@ const backendOf = (args: ServeArgs, Gateway: typeof GatewayModule.Gateway) =>
           tokenIds: args.upstreamTokenIds
         }) as BackendLayer
       }),
-    onNone: () => servedPolicy(Option.getOrUndefined(args.model), args.data)
+    onNone: () => servedPolicy(Option.getOrUndefined(args.model), args.data, { toolParser: Option.getOrUndefined(args.toolParser), reasoningParser: Option.getOrUndefined(args.reasoningParser) })
   })
 
 export const runServe = (args: ServeArgs) =>
@@ -97,6 +107,9 @@ export const runServe = (args: ServeArgs) =>
     )
     if (Option.isSome(args.upstream) && Option.isSome(args.model)) {
       return yield* Effect.fail(new Error("--model and --upstream exclude each other: serve a policy or proxy to a server"))
+    }
+    if (Option.isSome(args.upstream) && (Option.isSome(args.toolParser) || Option.isSome(args.reasoningParser))) {
+      return yield* Effect.fail(new Error("--tool-call-parser and --reasoning-parser apply to a served policy, not to --upstream (the upstream parses its own output)"))
     }
     if (!(args.maxHold > 0)) return yield* Effect.fail(new Error("--max-hold must be a positive number of seconds"))
     const { Gateway } = yield* loadGateway
@@ -132,6 +145,6 @@ export const runServe = (args: ServeArgs) =>
 
 export const serve = Command.make(
   "serve",
-  { model, http, data, upstream, upstreamKey, upstreamTokenIds, publicUrl, maxHold, alias },
+  { model, http, data, upstream, upstreamKey, upstreamTokenIds, publicUrl, maxHold, alias, toolParser, reasoningParser },
   (args) => runServe(args).pipe(failWith("reins serve"))
 ).pipe(Command.withDescription("Run the Gateway alone (no training): an OpenAI-compatible server that records every call."))

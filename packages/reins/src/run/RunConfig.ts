@@ -6,6 +6,7 @@
  * paths (model, tasks, the harness's cwd) are resolved against the config file's folder, output
  * folders (`runs_dir`, `data_dir`) against the current directory.
  */
+import { REASONING_PARSERS, TOOL_PARSERS } from "@reins/policy/text"
 import { HarnessSpec } from "@reins/protocol"
 import { decodeTrainerConfig, type TrainerConfigError } from "@reins/trainer"
 import { Data, Effect, Either, ParseResult, Schema } from "effect"
@@ -34,6 +35,10 @@ export class RunConfig extends Schema.Class<RunConfig>("RunConfig")({
   name: Schema.optionalWith(Schema.String, { default: () => "run" }),
   /** The base policy's model directory. */
   model: Schema.String,
+  /** Tool-call parser of a Hugging Face template, by vLLM's name (hermes, llama3_json, mistral); default: detected. */
+  tool_parser: Schema.optional(Schema.Literal(...TOOL_PARSERS, "auto")),
+  /** Reasoning parser (qwen3, none); default: detected from the template. */
+  reasoning_parser: Schema.optional(Schema.Literal(...REASONING_PARSERS, "auto")),
   /** The task set (JSONL); training uses its `train` split. */
   tasks: Schema.String,
   harness: HarnessSpec,

@@ -12,7 +12,7 @@ import { AttemptLedger, launcherActorLayer, RolloutController, type RolloutContr
 import { devicePort, trainerError, type TrainerPorts } from "@reins/trainer"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import path from "node:path"
-import { policyBackend } from "./policyBackend.js"
+import { type ParserSettings, policyBackend } from "./policyBackend.js"
 import { storeLedger } from "./storeLedger.js"
 
 export interface LocalStackOptions {
@@ -34,6 +34,8 @@ export interface LocalStackOptions {
    * nodes can leave them all to those: the controller places attempts on every launcher it sees.
    */
   readonly localLauncher?: boolean | undefined
+  /** Output parsers of the model's Hugging Face template (default: detected from the template). */
+  readonly parsers?: ParserSettings | undefined
   /** Where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
   readonly http?: { readonly host: string; readonly port: number } | undefined
   readonly publicUrl?: string | undefined
@@ -54,7 +56,7 @@ const gatewayLayer = (options: LocalStackOptions) =>
   Layer.merge(Gateway.serve(options.http ?? { host: "127.0.0.1", port: 0 }), Gateway.actorLayer).pipe(
     // Updates take seconds here, not minutes: a call held an hour means something is stuck.
     Layer.provideMerge(Gateway.layer({ dataDir: options.dataDir, maxHold: Duration.hours(1) })),
-    Layer.provide(policyBackend)
+    Layer.provide(policyBackend(options.parsers))
   )
 
 /** Builds the stack in the current scope (everything stops when it closes). */
