@@ -10,11 +10,12 @@ import { HttpServerResponse } from "@effect/platform"
 import type { ChatMessage } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
 import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
-import { type ApiError, badRequest, errorBody, heldTooLong, shuttingDown, upstreamError } from "../http/errors.js"
+import { type ApiError, badRequest, errorBody, upstreamError } from "../http/errors.js"
 import { SSE_HEADERS } from "../http/sse.js"
 import { messageKeys, toolsKey } from "../prompt/keys.js"
 import { classifyBreak, findMatch, type Reuse, type Turn } from "../prompt/reuse.js"
 import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
+import { admit, recordOnce } from "./steps.js"
 
 type Json = Record<string, any>
 
@@ -156,31 +157,13 @@ export const proxy = (
       yield* recordError(env, ctx, error, body)
       return yield* Effect.fail(error)
     }
-    const admission = yield* env.gate.enter.pipe(
-      Effect.catchTags({
-        HeldTooLong: (e) => {
-          const error = heldTooLong(e.maxHoldSeconds, 5)
-          return Effect.zipRight(recordError(env, ctx, error, body, { heldMs: e.maxHoldSeconds * 1000 }), Effect.fail(error))
-        },
-        GateClosed: () => Effect.fail(shuttingDown())
-      })
-    )
+    const admission = yield* admit(env, ctx, body)
     const startedAt = Date.now()
     const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
     const { forward, stripLogprobs } = forwardBody(upstream, ctx, body, text)
     const g = new Gathered(ctx.endpoint === "chat.completions")
 
-    // One record per call, never cut in half by the harness going away (see calls/engine.ts).
-    let claimed = false
-    const record = (status: number, response: unknown, error: string | null, responseJson?: string): Effect.Effect<void, ApiError> =>
-      Effect.uninterruptible(
-        Effect.suspend(() => {
-          if (claimed) return Effect.void
-          claimed = true
-          return recordOnce(status, response, error, responseJson)
-        })
-      )
-    const recordOnce = (status: number, response: unknown, error: string | null, responseJson: string | undefined) => {
+    const record = recordOnce((status: number, response: unknown, error: string | null, responseJson?: string): Effect.Effect<void, ApiError> => {
       const { reuse, keys, tk } = reuseOf(turns, body, g)
       const outputIds = Int32Array.from(g.outputIds)
       const trainable = status === 200 && g.trainable
@@ -222,7 +205,7 @@ export const proxy = (
         ),
         Effect.asVoid
       )
-    }
+    })
 
     const res = yield* upstream.post(path(ctx), forward).pipe(
       Effect.mapError((e) => upstreamError(e.message)),

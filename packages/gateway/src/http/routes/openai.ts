@@ -12,6 +12,8 @@ import type { CallContext } from "../../calls/env.js"
 import { recordError } from "../../calls/env.js"
 import { planChat, planCompletion } from "../../calls/plan.js"
 import { proxy } from "../../calls/upstream.js"
+import { chatEncoder, completionEncoder } from "../../openai/encoders.js"
+import { completionId } from "../../openai/responses.js"
 import { readJson, readJsonText } from "../body.js"
 import { type ApiError, badRequest, internal, modelNotFound, notFound, unknownParameter } from "../errors.js"
 import type { AppEnv } from "./env.js"
@@ -38,7 +40,16 @@ const completionRoute = (env: AppEnv, endpoint: CallContext["endpoint"]) =>
       ? planChat(body, info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id))
       : planCompletion(body, info, env.config.modelAliases, backend.format)
     ).pipe(Effect.tapError((e) => recordError(env, ctx, e, body)))
-    return yield* serve(env, ctx, plan, backend.generator, backend.format, backend.codec)
+    const makeEncoder = endpoint === "chat.completions" ? chatEncoder : completionEncoder
+    return yield* serve(env, ctx, plan, backend, (info) =>
+      makeEncoder({
+        head: { id: completionId(endpoint === "chat.completions" ? "chatcmpl" : "cmpl"), created: Math.floor(Date.now() / 1000), model: plan.model, fingerprint: `reins-v${info.version}` },
+        promptIds: plan.promptIds,
+        tokenizer: backend.format.tokenizer,
+        returnLogprobs: plan.returnLogprobs,
+        topLogprobs: plan.params.topLogprobs,
+        includeUsage: plan.includeUsage
+      }))
   })
 
 export const chatCompletions = (env: AppEnv) => completionRoute(env, "chat.completions")
