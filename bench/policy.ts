@@ -1,5 +1,8 @@
 /**
  * `npm run bench -- policy [--quick]`: the policy model on this machine's tfjs backend.
+ * `npm run bench -- policy --arch smollm2-135m|qwen3-0.6b [--quick] [--threads 1,2] [--layers N]`:
+ * a real model's shapes and vocabulary with random weights, each figure as a fraction of this
+ * machine's bound, with llama.cpp as the anchor (bench/policy/arch.ts).
  *
  * Model: ~1M parameters (vocab 512, d_model 128, 4 layers × 4 heads, d_ff 512, context 256).
  *
@@ -10,55 +13,32 @@
  *            attention included), `mfu` = that / peak
  *   generate tokens/s at 1, 4, 16 and 32 concurrent requests (16-token prompts, 128 new tokens,
  *            sampled, no stop) through the real engine with continuous batching, versus the same
- *            requests one at a time; plus the tfjs reference decoder (one op per layer piece,
- *            no batching) one at a time, which the typed-array decode path replaces
+ *            requests one at a time
  *
  * Everything is measured in the same run, after warm-up (JIT, XNNPACK operator packing, first
  * touch of memory).
  */
 import {
-  AdamW,
   forwardFlops,
   generateAll,
   type GenerationEngine,
   initBackend,
   makeConfig,
   makeEngine,
-  packSequences,
   parameterCount,
-  Rng,
-  trainStep,
   Transformer
 } from "@reins/policy"
 import { GenerateRequest, SamplingParams } from "@reins/protocol"
-import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import os from "node:os"
-import { percentile, writeReport } from "./report.js"
+import { writeReport } from "./report.js"
+import { runArch } from "./policy/arch.js"
+import { archById } from "./policy/archs.js"
+import { cpuSeconds, matmulGflops, measureTrain } from "./policy/measure.js"
 
 const CONCURRENCY = [1, 4, 16, 32] as const
 const PROMPT = 16
 const NEW_TOKENS = 128
-
-const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
-
-/** Median GFLOP/s of `a·b` for a rank-2 shape, inputs resident, result read back. */
-const matmulGflops = (m: number, k: number, n: number, reps: number): number => {
-  const a = tf.randomNormal([m, k]) as tf.Tensor2D
-  const b = tf.randomNormal([k, n]) as tf.Tensor2D
-  const times: Array<number> = []
-  for (let i = 0; i < reps + 2; i++) {
-    const t = performance.now()
-    const c = tf.matMul(a, b)
-    // wasm computes synchronously; elsewhere wait for the result (reading it back).
-    if (tf.getBackend() !== "wasm") c.dataSync()
-    const dt = performance.now() - t
-    c.dispose()
-    if (i >= 2) times.push(dt)
-  }
-  tf.dispose([a, b])
-  return (2 * m * k * n) / (median(times) / 1000) / 1e9
-}
 
 const measurePeak = (reps: number) => {
   const shapes: Array<[number, number, number]> = [
@@ -71,45 +51,12 @@ const measurePeak = (reps: number) => {
   return { peak: Math.max(...results.map((r) => r.gflops)), results }
 }
 
-const measureTrain = (model: Transformer, steps: number) => {
-  const rng = new Rng(1)
-  const rows = 32
-  const seqLen = 128
-  const sequences = Array.from({ length: rows }, () => ({
-    tokens: Int32Array.from({ length: seqLen + 1 }, () => rng.nextUint32() % model.config.vocabSize),
-    weights: new Float32Array(seqLen + 1).fill(1 / (rows * seqLen))
-  }))
-  const batches = packSequences(sequences, { maxTokens: 16 * 256, maxSeqLen: seqLen })
-  const optimizer = new AdamW(model.params, { lr: 1e-3, maxGradNorm: 1 })
-  for (let i = 0; i < 2; i++) trainStep(model, optimizer, batches, { kind: "sft" })
-  const times: Array<number> = []
-  const cpu: Array<number> = []
-  let loss = 0
-  for (let i = 0; i < steps; i++) {
-    const c = process.cpuUsage()
-    const s = trainStep(model, optimizer, batches, { kind: "sft" })
-    cpu.push(cpuSeconds(c))
-    times.push(s.seconds)
-    loss = s.loss
-  }
-  optimizer.dispose()
-  const seconds = median(times)
-  const flops = 3 * forwardFlops(model.config, rows * seqLen, seqLen)
-  return { seconds, fastest: Math.min(...times), cpuSeconds: median(cpu), gflops: flops / seconds / 1e9, flops, loss, microBatches: batches.length, times }
-}
-
 const request = (i: number, tag: string) =>
   new GenerateRequest({
     requestId: `${tag}-${i}`,
     promptIds: Int32Array.from({ length: PROMPT }, (_, j) => (i * 37 + j * 11) % 500),
     params: new SamplingParams({ maxTokens: NEW_TOKENS, temperature: 1, topP: 1, topK: 0, seed: i, stop: [], topLogprobs: 0 })
   })
-
-/** CPU seconds this process used (user + system) since `from`. */
-const cpuSeconds = (from: NodeJS.CpuUsage) => {
-  const u = process.cpuUsage(from)
-  return (u.user + u.system) / 1e6
-}
 
 /** Tokens per wall second (and per CPU second) for `n` requests, all at once (continuous batching) or one after another. */
 const throughput = (engine: GenerationEngine, n: number, mode: "batched" | "sequential", tag: string) =>
@@ -133,10 +80,10 @@ const cpuRates: Record<string, number> = {}
 const measureGeneration = (model: Transformer, quick: boolean) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const fast = yield* makeEngine({ model, stopIds: [], maxBatch: 32 })
+      const engine = yield* makeEngine({ model, stopIds: [], maxBatch: 32 })
       // Warm-up: JIT, XNNPACK operator packing, first touch of the KV-cache memory.
-      for (let i = 0; i < 3; i++) yield* throughput(fast, 32, "batched", `warmup${i}`)
-      yield* throughput(fast, 4, "sequential", "warmup")
+      for (let i = 0; i < 3; i++) yield* throughput(engine, 32, "batched", `warmup${i}`)
+      yield* throughput(engine, 4, "sequential", "warmup")
       // Best of `reps` runs for both modes alike: the machine is shared, and the best run is the
       // one least disturbed by other work.
       const reps = quick ? 1 : 3
@@ -144,19 +91,42 @@ const measureGeneration = (model: Transformer, quick: boolean) =>
       const sequential: Record<string, number> = {}
       for (const c of CONCURRENCY) {
         for (let r = 0; r < reps; r++) {
-          batched[String(c)] = Math.max(batched[String(c)] ?? 0, yield* throughput(fast, c, "batched", `fast${r}`))
-          sequential[String(c)] = Math.max(sequential[String(c)] ?? 0, yield* throughput(fast, quick ? Math.min(c, 4) : c, "sequential", `fast${r}`))
+          batched[String(c)] = Math.max(batched[String(c)] ?? 0, yield* throughput(engine, c, "batched", `run${r}`))
+          sequential[String(c)] = Math.max(sequential[String(c)] ?? 0, yield* throughput(engine, quick ? Math.min(c, 4) : c, "sequential", `run${r}`))
         }
       }
-      const reference = yield* makeEngine({ model, stopIds: [], decoder: "tfjs" })
-      yield* throughput(reference, 1, "sequential", "warmup-ref")
-      const referenceTokPerS = yield* throughput(reference, quick ? 1 : 2, "sequential", "ref")
-      return { batched, sequential, referenceTokPerS }
+      return { batched, sequential }
     })
   )
 
+/** The value after `flag`, or undefined when absent. */
+const option = (args: ReadonlyArray<string>, flag: string): string | undefined => {
+  const i = args.indexOf(flag)
+  if (i < 0) return undefined
+  const v = args[i + 1]
+  if (v === undefined || v.startsWith("--")) throw new Error(`${flag} needs a value`)
+  return v
+}
+
+const positiveInts = (flag: string, v: string): Array<number> => {
+  const ns = v.split(",").map(Number)
+  if (!ns.every((n) => Number.isSafeInteger(n) && n > 0)) throw new Error(`${flag} expects positive integers (comma-separated), got "${v}"`)
+  return ns
+}
+
 export default async (args: ReadonlyArray<string>): Promise<void> => {
   const quick = args.includes("--quick")
+  const archId = option(args, "--arch")
+  if (archId !== undefined) {
+    const threads = option(args, "--threads")
+    const layers = option(args, "--layers")
+    return runArch({
+      arch: archById(archId),
+      quick,
+      threads: threads === undefined ? [...new Set([1, os.cpus().length])] : positiveInts("--threads", threads),
+      ...(layers === undefined ? {} : { layers: positiveInts("--layers", layers)[0]! })
+    })
+  }
   const loadBefore = os.loadavg()
   const backend = await initBackend()
   const config = makeConfig({ vocabSize: 512, dModel: 128, nLayers: 4, nHeads: 4, dFf: 512, contextLength: 256 })
@@ -165,7 +135,9 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
 
   const peak = measurePeak(quick ? 3 : 7)
   console.log("peak", peak)
-  const train = measureTrain(model, quick ? 3 : 7)
+  const trainRun = measureTrain(model, { rows: 32, seqLen: 128, steps: quick ? 3 : 7, warmup: 2, lr: 1e-3 })
+  const trainFlops = 3 * forwardFlops(config, 32 * 128, 128)
+  const train = { ...trainRun, flops: trainFlops, gflops: trainFlops / trainRun.seconds / 1e9 }
   console.log("train", { ...train, times: train.times.map((t) => t.toFixed(3)) })
   const gen = await Effect.runPromise(measureGeneration(model, quick))
   console.log("generate", gen)
@@ -190,7 +162,6 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       mfu,
       tok_per_s: gen.batched,
       tok_per_s_sequential: gen.sequential,
-      tok_per_s_tfjs_reference_1: gen.referenceTokPerS,
       batching_speedup_16: speedup16,
       train_step_cpu_s: train.cpuSeconds,
       tok_per_cpu_s: cpuRates,
@@ -213,7 +184,6 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
         ["fraction of peak (mfu)", mfu, `≥ ${goals.mfu}`],
         ...CONCURRENCY.map((c) => [`tok/s, ${c} concurrent, continuous batching`, gen.batched[String(c)]!, c === 16 ? `≥ ${goals.tok_per_s_16}` : ""] as [string, number, string]),
         ...CONCURRENCY.map((c) => [`tok/s, ${c} requests one at a time`, gen.sequential[String(c)]!, ""] as [string, number, string]),
-        ["tok/s, tfjs reference decoder, one at a time", gen.referenceTokPerS, ""],
         ["batching speedup at 16", speedup16, `≥ ${goals.batching_speedup_16}`]
       ]
     },
