@@ -35,7 +35,7 @@ describe("the wasm heap", () => {
     expect(wasmMisfit(smol, { lora: false })).toBeUndefined()
     const qwen = decodeHfConfig(QWEN3_06B).config
     expect(Math.round(memoryNeed(qwen).parameters / 1e6)).toBe(596) // published: 0.6B (0.44B without embeddings)
-    expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 4\.4 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use a GPU backend \(REINS_BACKEND=webgpu or tensorflow\).*or train LoRA adapters/)
+    expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 4\.4 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use the tensorflow backend \(REINS_BACKEND=tensorflow .*or train LoRA adapters/)
     expect(wasmMisfit(qwen, { lora: true })).toMatch(/serving it \(with LoRA adapters\) needs at least 4\.4 GiB/)
   })
 

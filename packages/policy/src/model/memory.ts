@@ -35,6 +35,6 @@ export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolea
   const what = options.lora ? "serving it (with LoRA adapters)" : `training all its weights (serving alone: ${gib(need.servingBytes)})`
   return (
     `the model has ${(need.parameters / 1e6).toFixed(0)}M parameters: ${what} needs at least ${gib(bytes)} of the wasm backend's ${gib(WASM_HEAP_BYTES)} heap. ` +
-    `Use a GPU backend (REINS_BACKEND=webgpu or tensorflow), which holds it in device memory${options.lora ? "" : ", or train LoRA adapters (trainer.lora)"}`
+    `Use the tensorflow backend (REINS_BACKEND=tensorflow with @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node installed), which is not bound by that heap${options.lora ? "" : ", or train LoRA adapters (trainer.lora)"}`
   )
 }
