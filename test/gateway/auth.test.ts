@@ -41,6 +41,8 @@ const expectOpenAIError = (json: any, code: string | null) => {
 const AGENT_ROUTES = [
   "POST /v1/chat/completions",
   "POST /v1/completions",
+  "POST /v1/responses",
+  "GET /v1/responses/:id",
   "GET /v1/models",
   "GET /v1/models/*",
   "POST /v1/reward",

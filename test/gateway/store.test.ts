@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { afterAll } from "vitest"
+import Database from "better-sqlite3"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
@@ -37,6 +38,26 @@ const withStore = <A, E>(filename: string, f: (s: Store["Type"]) => Effect.Effec
   Effect.flatMap(Store, f).pipe(Effect.provide(SqliteStore.layer({ filename })))
 
 describe("SqliteStore", () => {
+  it.live("records each call's protocol, and gives calls recorded before that migration OpenAI's", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      const { attempt } = yield* withStore(file, (s) => s.createRollout({ task: { q: 1 }, start: true }))
+      const [chat, messages] = yield* withStore(file, (s) =>
+        Effect.all([s.recordCall(call(attempt.id, 1)), s.recordCall({ ...call(attempt.id, 2), endpoint: "messages" as const, protocol: "anthropic" as const })])
+      )
+      expect([chat.protocol, messages.protocol]).toEqual(["openai", "anthropic"])
+      // A database from before the migration: no protocol column, the migration not applied.
+      const raw = new Database(file)
+      raw.exec("ALTER TABLE calls DROP COLUMN protocol; DELETE FROM reins_migrations WHERE name = 'calls_protocol'")
+      expect(raw.prepare("SELECT COUNT(*) AS n FROM reins_migrations").get()).toEqual({ n: 2 })
+      raw.close()
+      const calls = yield* withStore(file, (s) => s.calls(attempt.id))
+      expect(calls.map((c) => [c.endpoint, c.protocol, c.outputIds.length])).toEqual([
+        ["chat.completions", "openai", 2],
+        ["messages", "openai", 2]
+      ])
+    }))
+
   it.live("issues attempt keys that are stored hashed and resolve to their attempt", () =>
     Effect.gen(function* () {
       const file = tempDb()

@@ -71,8 +71,16 @@ export class CallTimings extends Schema.Class<CallTimings>("CallTimings")({
   heldMs: Schema.Number
 }) {}
 
-export const CallEndpoint = Schema.Literal("chat.completions", "completions")
+/** The route a call came by: OpenAI chat and text completions, OpenAI Responses, Anthropic Messages. */
+export const CallEndpoint = Schema.Literal("chat.completions", "completions", "responses", "messages")
 export type CallEndpoint = typeof CallEndpoint.Type
+
+/** The wire protocol a call spoke (its auth, request, response and error shapes). */
+export const CallProtocol = Schema.Literal("openai", "anthropic")
+export type CallProtocol = typeof CallProtocol.Type
+
+/** The protocol an endpoint belongs to. */
+export const protocolOfEndpoint = (endpoint: CallEndpoint): CallProtocol => (endpoint === "messages" ? "anthropic" : "openai")
 
 /** How a recorded call ended: its HTTP status and, when it failed, the error (`code: message`). */
 export interface CallStatus {
@@ -101,6 +109,8 @@ export class LlmCall extends Schema.Class<LlmCall>("LlmCall")({
   /** 1, 2, ... in the order the calls were recorded within the attempt. */
   seq: Schema.Int,
   endpoint: CallEndpoint,
+  /** Calls recorded before protocols were recorded are all OpenAI's. */
+  protocol: Schema.optionalWith(CallProtocol, { default: () => "openai" }),
   model: Schema.String,
   /** HTTP status the harness got (499: the client went away). */
   status: Schema.Int,

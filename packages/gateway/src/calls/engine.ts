@@ -66,6 +66,7 @@ const write = (s: Omit<Served, "record">, status: number, body: unknown, out: Fi
   recordServed(s.env, {
     attemptId: s.ctx.attempt.id,
     endpoint: s.ctx.endpoint,
+    protocol: s.ctx.protocol,
     model: s.plan.model,
     status,
     error,

@@ -2,7 +2,7 @@
  * What a model call needs (resolved once when the Gateway starts) and the recording helpers
  * every call path shares: a call is recorded before its response is sent, error calls too.
  */
-import type { Attempt, CallEndpoint, LlmCall } from "@reins/protocol"
+import type { Attempt, CallEndpoint, CallProtocol, LlmCall } from "@reins/protocol"
 import { Effect } from "effect"
 import type { PauseGateService } from "../gate/PauseGate.js"
 import type { GeneratorService } from "../generator/Generator.js"
@@ -31,6 +31,7 @@ export interface CallEnv {
 export interface CallContext {
   readonly attempt: Attempt
   readonly endpoint: CallEndpoint
+  readonly protocol: CallProtocol
   readonly receivedAt: number
 }
 
@@ -50,6 +51,7 @@ export const recordError = (
     .recordCall({
       attemptId: ctx.attempt.id,
       endpoint: ctx.endpoint,
+      protocol: ctx.protocol,
       model: extra.model ?? modelOf(request),
       status: error.status,
       error: `${error.code ?? error.type}: ${error.message}`,

@@ -170,6 +170,7 @@ export const proxy = (
       return recordServed(env, {
         attemptId: ctx.attempt.id,
         endpoint: ctx.endpoint,
+        protocol: ctx.protocol,
         model: body.model,
         status,
         error,

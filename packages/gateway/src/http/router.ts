@@ -8,6 +8,7 @@ import { type ApiError, internal, toResponse, unknownRoute } from "./errors.js"
 import * as Admin from "./routes/admin.js"
 import type { AppEnv } from "./routes/env.js"
 import * as OpenAI from "./routes/openai.js"
+import * as Responses from "./routes/responses.js"
 
 type Handler = Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError, HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext>
 
@@ -49,6 +50,8 @@ const metrics = (env: AppEnv) =>
 export const routes = [
   { method: "POST", path: "/v1/chat/completions", name: "chat.completions", handler: OpenAI.chatCompletions },
   { method: "POST", path: "/v1/completions", name: "completions", handler: OpenAI.completions },
+  { method: "POST", path: "/v1/responses", name: "responses", handler: Responses.createResponse },
+  { method: "GET", path: "/v1/responses/:id", name: "responses.get", handler: Responses.getResponse },
   { method: "GET", path: "/v1/models", name: "models", handler: OpenAI.models },
   { method: "GET", path: "/v1/models/*", name: "model", handler: OpenAI.model },
   { method: "POST", path: "/v1/reward", name: "reward", handler: OpenAI.reward },

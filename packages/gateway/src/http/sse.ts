@@ -1,4 +1,4 @@
-/** Server-sent events as OpenAI streams them: `data: <json>\n\n` per chunk, then `data: [DONE]\n\n`. */
+/** Server-sent events: OpenAI chat streams send `data: <json>\n\n` per chunk, then `data: [DONE]\n\n`. */
 const encoder = new TextEncoder()
 
 export const sse = (data: unknown): Uint8Array => encoder.encode(`data: ${JSON.stringify(data)}\n\n`)
@@ -10,3 +10,6 @@ export const SSE_HEADERS = {
   connection: "keep-alive",
   "x-accel-buffering": "no"
 } as const
+
+/** A named event (`event: <name>`), as the Responses and Messages streams send them. */
+export const namedSse = (event: string, data: unknown): Uint8Array => encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)

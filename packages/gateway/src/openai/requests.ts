@@ -140,12 +140,12 @@ const decodeMessages = (raw: ReadonlyArray<unknown>): Either.Either<Array<ChatMe
   return Either.right(out)
 }
 
-const checkObject = (body: unknown): Either.Either<Record<string, unknown>, ApiError> =>
+export const checkObject = (body: unknown): Either.Either<Record<string, unknown>, ApiError> =>
   typeof body === "object" && body !== null && !Array.isArray(body)
     ? Either.right(body as Record<string, unknown>)
     : Either.left(badRequest("The request body must be a JSON object.", null, "invalid_type"))
 
-const checkKnown = (body: Record<string, unknown>, known: ReadonlySet<string>): Either.Either<void, ApiError> => {
+export const checkKnown = (body: Record<string, unknown>, known: ReadonlySet<string>): Either.Either<void, ApiError> => {
   for (const key of Object.keys(body)) if (!known.has(key)) return Either.left(unknownParameter(key))
   return Either.void
 }

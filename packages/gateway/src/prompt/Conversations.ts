@@ -5,6 +5,8 @@
  */
 import type { ChatMessage, LlmCall } from "@reins/protocol"
 import { Effect } from "effect"
+import type { Conversation } from "../calls/plan.js"
+import { recordedResponses } from "../responses/conversation.js"
 import type { StoreService } from "../store/Store.js"
 import { messageKeys, type Reply, toolsKey } from "./keys.js"
 import type { Turn } from "./reuse.js"
@@ -39,6 +41,35 @@ export const turnOfCall = (call: LlmCall): Turn | null => {
   }
 }
 
+/** The turn of a recorded call whose request decodes (again, as when it was served) to `conversation`. */
+export const turnOf = (call: LlmCall, conversation: Conversation, reply: Reply): Turn => ({
+  callId: call.id,
+  keys: messageKeys(conversation.messages),
+  toolsKey: toolsKey(conversation.tools, conversation.templateKwargs),
+  promptIds: call.promptIds,
+  outputIds: call.outputIds,
+  reply,
+  exact: call.trainable
+})
+
+/** The reusable turns an attempt's recorded calls left, whatever protocol each spoke. */
+export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
+  const responses = calls.some((c) => c.endpoint === "responses") ? recordedResponses(calls) : new Map()
+  return calls.flatMap((call): Array<Turn> => {
+    if (call.status !== 200 || call.outputIds.length === 0) return []
+    switch (call.endpoint) {
+      case "chat.completions":
+        return [turnOfCall(call)].filter((t) => t !== null)
+      case "responses": {
+        const recorded = responses.get((call.response as { id?: string } | null)?.id ?? "")
+        return recorded === undefined ? [] : [turnOf(call, recorded.conversation, recorded.reply)]
+      }
+      default:
+        return []
+    }
+  })
+}
+
 export interface Conversations {
   readonly turns: (attemptId: string) => Effect.Effect<ReadonlyArray<Turn>>
   readonly add: (attemptId: string, turn: Turn) => void
@@ -67,7 +98,7 @@ export const make = (store: StoreService, capacity = 256, turnsPerAttempt = 64):
         return store.calls(attemptId).pipe(
           Effect.map((calls) => {
             // A concurrent call may have filled the entry meanwhile: keep what it added.
-            const turns = cache.get(attemptId) ?? calls.flatMap((c) => turnOfCall(c) ?? []).slice(-turnsPerAttempt)
+            const turns = cache.get(attemptId) ?? turnsOfCalls(calls).slice(-turnsPerAttempt)
             touch(attemptId, turns)
             return turns
           }),

@@ -8,6 +8,7 @@ import type {
   AttemptState,
   BreakReason,
   CallEndpoint,
+  CallProtocol,
   CallStatus,
   Conflict,
   EventType,
@@ -39,6 +40,8 @@ export interface IssuedAttempt {
 export interface NewCall {
   readonly attemptId: string
   readonly endpoint: CallEndpoint
+  /** Default: the endpoint's protocol. */
+  readonly protocol?: CallProtocol | undefined
   readonly model: string
   readonly status: number
   readonly error: string | null

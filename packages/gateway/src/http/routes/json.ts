@@ -29,6 +29,7 @@ export const callJson = (c: LlmCall) => ({
   attempt_id: c.attemptId,
   seq: c.seq,
   endpoint: c.endpoint,
+  protocol: c.protocol,
   model: c.model,
   status: c.status,
   error: c.error,

@@ -19,12 +19,12 @@ import { type ApiError, badRequest, internal, modelNotFound, notFound, unknownPa
 import type { AppEnv } from "./env.js"
 import { rewardJson } from "./json.js"
 
-const completionRoute = (env: AppEnv, endpoint: CallContext["endpoint"]) =>
+const completionRoute = (env: AppEnv, endpoint: "chat.completions" | "completions") =>
   Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     const receivedAt = Date.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    const ctx: CallContext = { attempt, endpoint, receivedAt }
+    const ctx: CallContext = { attempt, endpoint, protocol: "openai", receivedAt }
     const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
     const backend = env.backend
     if (backend._tag === "Upstream") {

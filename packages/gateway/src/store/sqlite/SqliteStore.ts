@@ -19,6 +19,7 @@ import {
   LlmCall,
   ModelVersion,
   NotFound,
+  protocolOfEndpoint,
   PromptReuse,
   Reward,
   Rollout,
@@ -72,6 +73,7 @@ const toCall = (r: Row) =>
     attemptId: r.attempt_id,
     seq: r.seq,
     endpoint: r.endpoint,
+    protocol: r.protocol,
     model: r.model,
     status: r.status,
     error: r.error,
@@ -155,10 +157,10 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     updateAttempt: q(`UPDATE attempts SET state = ?, reason = COALESCE(?, reason), started_at = COALESCE(started_at, ?), finished_at = ? WHERE id = ? RETURNING *`),
     mirrorState: q(`UPDATE rollouts SET state = ?, updated_at = ? WHERE id = ? AND attempts = ?`),
     nextSeq: q(`SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM calls WHERE attempt_id = ?`),
-    insertCall: q(`INSERT INTO calls (id, attempt_id, rollout_id, seq, endpoint, model, status, error, request, response,
+    insertCall: q(`INSERT INTO calls (id, attempt_id, rollout_id, seq, endpoint, protocol, model, status, error, request, response,
                    prompt_ids, output_ids, logprobs, versions, finish_reason, trainable, reused_tokens, reuse_from,
                    break_reason, received_at, started_at, first_token_at, finished_at, held_ms)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     call: q(`SELECT * FROM calls WHERE id = ?`),
     callOfAttempt: q(`SELECT id FROM calls WHERE id = ? AND attempt_id = ?`),
     callsOfAttempt: q(`SELECT * FROM calls WHERE attempt_id = ? ORDER BY seq`),
@@ -314,9 +316,10 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
     const rolloutId = rolloutOfAttempt(call.attemptId)
     const seq = row(st.nextSeq, call.attemptId)!.seq as number
     const id = newId("call")
+    const protocol = call.protocol ?? protocolOfEndpoint(call.endpoint)
     const t = call.timings
     st.insertCall.run(
-      id, call.attemptId, rolloutId, seq, call.endpoint, call.model, call.status, call.error,
+      id, call.attemptId, rolloutId, seq, call.endpoint, protocol, call.model, call.status, call.error,
       call.requestJson ?? json(call.request), call.responseJson ?? json(call.response),
       toBlob(call.promptIds), toBlob(call.outputIds), toBlob(call.logprobs), toBlob(call.versions),
       call.finishReason, call.trainable ? 1 : 0, call.reuse.reusedTokens, call.reuse.fromCallId, call.reuse.break,
@@ -336,6 +339,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       attemptId: call.attemptId,
       seq,
       endpoint: call.endpoint,
+      protocol,
       model: call.model,
       status: call.status,
       error: call.error,

@@ -101,7 +101,17 @@ const m0002_drop_calls_by_rollout = Effect.gen(function* () {
   yield* sql`DROP INDEX IF EXISTS calls_by_rollout`
 })
 
+/**
+ * Each call records the wire protocol it spoke (OpenAI or Anthropic). Every call recorded before
+ * came by an OpenAI route, so that is what the existing rows get.
+ */
+const m0003_calls_protocol = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE calls ADD COLUMN protocol TEXT NOT NULL DEFAULT 'openai'`
+})
+
 export const migrations = {
   "0001_init": m0001_init,
-  "0002_drop_calls_by_rollout": m0002_drop_calls_by_rollout
+  "0002_drop_calls_by_rollout": m0002_drop_calls_by_rollout,
+  "0003_calls_protocol": m0003_calls_protocol
 }

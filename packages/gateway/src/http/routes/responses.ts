@@ -1,0 +1,82 @@
+/**
+ * The OpenAI Responses routes: `POST /v1/responses` (served by the one call pipeline through the
+ * Responses codec) and `GET /v1/responses/{id}` (a response of this attempt, from the store).
+ * `previous_response_id` names an earlier response of the same attempt; its conversation is
+ * rebuilt from the recorded calls, so a harness may send only the new input.
+ */
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { ChatMessage } from "@reins/protocol"
+import { Effect } from "effect"
+import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
+import { serve } from "../../calls/engine.js"
+import { type CallContext, recordError } from "../../calls/env.js"
+import { planConversation } from "../../calls/plan.js"
+import { historyOf, recordedResponses, toConversation } from "../../responses/conversation.js"
+import { responseId, responsesEncoder } from "../../responses/encoder.js"
+import { validateResponses } from "../../responses/request.js"
+import { readJsonText } from "../body.js"
+import { type ApiError, badRequest, internal, notFound, unsupported } from "../errors.js"
+import type { AppEnv } from "./env.js"
+
+const previousNotFound = (id: string) =>
+  badRequest(`Previous response with id '${id}' not found (it belongs to another attempt, was not stored, or failed).`, "previous_response_id", "previous_response_not_found")
+
+/** The conversation a `previous_response_id` continues, from this attempt's recorded calls. */
+const previousConversation = (env: AppEnv, attemptId: string, id: string | null | undefined): Effect.Effect<ReadonlyArray<ChatMessage>, ApiError> => {
+  if (id == null) return Effect.succeed([])
+  return env.store.calls(attemptId).pipe(
+    Effect.mapError((e) => internal(`the store failed: ${e.message}`)),
+    Effect.flatMap((calls) => {
+      const previous = recordedResponses(calls).get(id)
+      return previous === undefined || !previous.stored ? Effect.fail(previousNotFound(id)) : Effect.succeed(historyOf(previous))
+    })
+  )
+}
+
+export const createResponse = (env: AppEnv) =>
+  Effect.gen(function* () {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const receivedAt = Date.now()
+    const attempt = yield* runningAttempt(env.store, request.headers)
+    const ctx: CallContext = { attempt, endpoint: "responses", protocol: "openai", receivedAt }
+    const { json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const backend = env.backend
+    const refuse = (e: ApiError) => recordError(env, ctx, e, body)
+    if (backend._tag === "Upstream") {
+      const error = unsupported("The Responses API is served from the policy engine only; this Gateway proxies an upstream, use /v1/chat/completions.", "model")
+      yield* refuse(error)
+      return yield* Effect.fail(error)
+    }
+    const r = yield* validateResponses(body).pipe(Effect.tapError(refuse))
+    const previous = yield* previousConversation(env, attempt.id, r.previous_response_id).pipe(Effect.tapError(refuse))
+    const info = yield* backend.generator.info
+    const plan = yield* planConversation(toConversation(body, r, previous), info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id)).pipe(
+      Effect.tapError(refuse)
+    )
+    return yield* serve(env, ctx, plan, backend, () =>
+      responsesEncoder({
+        id: responseId(),
+        createdAt: Math.floor(Date.now() / 1000),
+        model: plan.model,
+        body: body as Record<string, unknown>,
+        request: r,
+        promptIds: plan.promptIds,
+        reusedTokens: plan.reuse.reusedTokens,
+        tokenizer: backend.format.tokenizer,
+        returnLogprobs: plan.returnLogprobs,
+        topLogprobs: plan.params.topLogprobs
+      }))
+  })
+
+/** `GET /v1/responses/{id}`: a stored response of the key's attempt. */
+export const getResponse = (env: AppEnv) =>
+  Effect.gen(function* () {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const attempt = yield* attemptOfKey(env.store, request.headers)
+    const id = decodeURIComponent(new URL(request.url, "http://x").pathname.replace(/^\/v1\/responses\//, ""))
+    const calls = yield* env.store.calls(attempt.id).pipe(Effect.mapError((e) => internal(`the store failed: ${e.message}`)))
+    const found = recordedResponses(calls).get(id)
+    if (found === undefined || !found.stored) return yield* Effect.fail(notFound(`No response with id '${id}' in this attempt.`, "response_not_found"))
+    const call = calls.find((c) => c.endpoint === "responses" && (c.response as { id?: unknown } | null)?.id === id)!
+    return HttpServerResponse.unsafeJson(call.response)
+  })
