@@ -43,6 +43,8 @@ const AGENT_ROUTES = [
   "POST /v1/completions",
   "POST /v1/responses",
   "GET /v1/responses/:id",
+  "POST /v1/messages",
+  "POST /v1/messages/count_tokens",
   "GET /v1/models",
   "GET /v1/models/*",
   "POST /v1/reward",

@@ -10,7 +10,7 @@ import { Effect, Either } from "effect"
 import type { ModelInfo } from "../generator/Generator.js"
 import { type ApiError, badRequest, contextLengthExceeded, modelNotFound } from "../http/errors.js"
 import { type ChatRequest, type CompletionRequest, validateChat, validateCompletion } from "../openai/requests.js"
-import { buildPrompt, type PromptFormat, type Turn } from "../prompt/reuse.js"
+import { type BuiltPrompt, buildPrompt, type PromptFormat, type Turn } from "../prompt/reuse.js"
 import type { Plan } from "./engine.js"
 import { NO_REUSE } from "./env.js"
 
@@ -83,7 +83,7 @@ const NO_PARSERS = { tool: "none", reasoning: "none" } as const
 const isRaised = (e: unknown): e is { readonly templateMessage: string } =>
   typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "ChatTemplateRaised"
 
-const checkModel = (model: string, info: ModelInfo, aliases: ReadonlyArray<string>): Either.Either<void, ApiError> =>
+export const checkModel = (model: string, info: ModelInfo, aliases: ReadonlyArray<string>): Either.Either<void, ApiError> =>
   model === info.id || aliases.includes(model) ? Either.void : Either.left(modelNotFound(model))
 
 /** A validated chat request as the internal conversation. */
@@ -100,6 +100,16 @@ export const chatConversation = (body: unknown, r: ChatRequest): Conversation =>
   returnLogprobs: r.logprobs === true
 })
 
+/** The conversation's prompt ids, reusing the attempt's earlier exact ids where it extends one of its calls. */
+export const renderPrompt = (c: Conversation, format: PromptFormat, history: ReadonlyArray<Turn>): Effect.Effect<BuiltPrompt, ApiError> =>
+  Effect.try({
+    try: () => buildPrompt(format, history, c.messages, c.tools, c.templateKwargs),
+    catch: (e) =>
+      isRaised(e)
+        ? badRequest(`The model's chat template refused the conversation: ${e.templateMessage}`, "messages")
+        : badRequest(`The messages cannot be rendered by the model's chat template: ${e instanceof Error ? e.message : String(e)}`, "messages")
+  })
+
 /**
  * A conversation → plan: the prompt reuses the attempt's earlier exact ids where the
  * conversation extends one of its calls. Fails with the ApiError to answer (the caller records it).
@@ -113,14 +123,7 @@ export const planConversation = (
 ): Effect.Effect<Plan, ApiError> =>
   Effect.gen(function* () {
     yield* checkModel(c.model, info, aliases)
-    const history = yield* turns
-    const built = yield* Effect.try({
-      try: () => buildPrompt(format, history, c.messages, c.tools, c.templateKwargs),
-      catch: (e) =>
-        isRaised(e)
-          ? badRequest(`The model's chat template refused the conversation: ${e.templateMessage}`, "messages")
-          : badRequest(`The messages cannot be rendered by the model's chat template: ${e instanceof Error ? e.message : String(e)}`, "messages")
-    })
+    const built = yield* renderPrompt(c, format, yield* turns)
     const params = yield* samplingParams(c.sampling, info, built.promptIds.length)
     return {
       request: c.request,

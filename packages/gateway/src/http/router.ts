@@ -1,11 +1,14 @@
 /**
- * The Gateway's HTTP app: every route, OpenAI-shaped errors for everything that goes wrong
- * (unknown routes and unexpected failures included), and request metrics.
+ * The Gateway's HTTP app: every route, errors in the route's protocol shape (OpenAI's, or
+ * Anthropic's on the Messages routes) for everything that goes wrong (unexpected failures
+ * included; unknown routes get OpenAI's), and request metrics.
  */
 import { HttpRouter, type HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
+import { toAnthropicResponse } from "../anthropic/errors.js"
 import { type ApiError, internal, toResponse, unknownRoute } from "./errors.js"
 import * as Admin from "./routes/admin.js"
+import * as Anthropic from "./routes/anthropic.js"
 import type { AppEnv } from "./routes/env.js"
 import * as OpenAI from "./routes/openai.js"
 import * as Responses from "./routes/responses.js"
@@ -16,15 +19,15 @@ type Handler = Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError, Ht
  * Errors become OpenAI error responses; defects become 500s (logged); interruptions stay
  * interruptions. `measured` routes count in the request metrics.
  */
-const handled = (env: AppEnv, route: string, handler: Handler, measured: boolean) =>
+const handled = (env: AppEnv, route: string, handler: Handler, measured: boolean, render: (e: ApiError) => HttpServerResponse.HttpServerResponse) =>
   Effect.suspend(() => {
     const start = performance.now()
     return handler.pipe(
       Effect.catchAllCause((cause) => {
         if (Cause.isInterruptedOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
         const failure = Cause.failureOption(cause)
-        if (failure._tag === "Some") return Effect.succeed(toResponse(failure.value))
-        return Effect.logError(`${route}: unexpected failure`, cause).pipe(Effect.as(toResponse(internal("Unexpected server error; it was logged."))))
+        if (failure._tag === "Some") return Effect.succeed(render(failure.value))
+        return Effect.logError(`${route}: unexpected failure`, cause).pipe(Effect.as(render(internal("Unexpected server error; it was logged."))))
       }),
       Effect.map((response) => {
         if (!measured) return response
@@ -52,6 +55,8 @@ export const routes = [
   { method: "POST", path: "/v1/completions", name: "completions", handler: OpenAI.completions },
   { method: "POST", path: "/v1/responses", name: "responses", handler: Responses.createResponse },
   { method: "GET", path: "/v1/responses/:id", name: "responses.get", handler: Responses.getResponse },
+  { method: "POST", path: "/v1/messages", name: "messages", handler: Anthropic.messages, errors: "anthropic" },
+  { method: "POST", path: "/v1/messages/count_tokens", name: "messages.count_tokens", handler: Anthropic.countTokens, errors: "anthropic" },
   { method: "GET", path: "/v1/models", name: "models", handler: OpenAI.models },
   { method: "GET", path: "/v1/models/*", name: "model", handler: OpenAI.model },
   { method: "POST", path: "/v1/reward", name: "reward", handler: OpenAI.reward },
@@ -73,11 +78,18 @@ export const routes = [
   readonly name: string
   readonly handler: (env: AppEnv) => Handler
   readonly measured?: false
+  /** The error shape of the route's protocol (default OpenAI's). */
+  readonly errors?: "anthropic"
 }>
 
 export const makeRouter = (env: AppEnv) =>
   routes.reduce<HttpRouter.HttpRouter>(
-    (router, route) => HttpRouter.route(route.method)(router, route.path, handled(env, route.name, route.handler(env), !("measured" in route))),
+    (router, route) =>
+      HttpRouter.route(route.method)(
+        router,
+        route.path,
+        handled(env, route.name, route.handler(env), !("measured" in route), "errors" in route ? toAnthropicResponse : toResponse)
+      ),
     HttpRouter.empty
   )
 

@@ -43,6 +43,8 @@ export interface FinalOutput {
   readonly reasoningDelta: string
   /** A stop sequence ended the text. */
   readonly stopped: boolean
+  /** The stop sequence that ended it (Anthropic answers with it). */
+  readonly stopSequence: string | null
 }
 
 /** What may be streamed after a push (either may be ""). */
@@ -76,6 +78,7 @@ export class OutputText {
   private text = ""
   private scanned = 0
   private stopped = false
+  private stopSequence: string | null = null
   /** Where the reasoning text starts in `text`: -1 when the reply has none, undefined while undecided. */
   private thinkFrom: number | undefined
   private reasoningEmitted = 0
@@ -132,19 +135,25 @@ export class OutputText {
       errors,
       delta,
       reasoningDelta: reasoning === undefined ? "" : reasoning.slice(this.reasoningEmitted),
-      stopped: this.stopped
+      stopped: this.stopped,
+      stopSequence: this.stopSequence
     }
   }
 
   private applyStop() {
     let cut = -1
+    let by: string | null = null
     for (const s of this.stops) {
       const i = this.text.indexOf(s, Math.max(0, this.scanned - s.length))
-      if (i >= 0 && (cut < 0 || i < cut)) cut = i
+      if (i >= 0 && (cut < 0 || i < cut)) {
+        cut = i
+        by = s
+      }
     }
     if (cut >= 0) {
       this.text = this.text.slice(0, cut)
       this.stopped = true
+      this.stopSequence = by
     }
     this.scanned = this.text.length
   }

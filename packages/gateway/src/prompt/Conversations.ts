@@ -5,6 +5,8 @@
  */
 import type { ChatMessage, LlmCall } from "@reins/protocol"
 import { Effect } from "effect"
+import { replyOfMessage, toConversation as messagesConversation } from "../anthropic/conversation.js"
+import { validateMessages } from "../anthropic/request.js"
 import type { Conversation } from "../calls/plan.js"
 import { recordedResponses } from "../responses/conversation.js"
 import type { StoreService } from "../store/Store.js"
@@ -63,6 +65,10 @@ export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
       case "responses": {
         const recorded = responses.get((call.response as { id?: string } | null)?.id ?? "")
         return recorded === undefined ? [] : [turnOf(call, recorded.conversation, recorded.reply)]
+      }
+      case "messages": {
+        const r = validateMessages(call.request)
+        return r._tag === "Left" || call.response === null ? [] : [turnOf(call, messagesConversation(call.request, r.right), replyOfMessage(call.response as Record<string, unknown>))]
       }
       default:
         return []

@@ -5,8 +5,8 @@
  * (`history-edited`, `template`, `retokenized`, `truncated`) and the prompt is tokenized whole.
  */
 import type { PromptTemplate, Tokenizer } from "@reins/policy/text"
-import type { BreakReason, ChatMessage, ChatTool } from "@reins/protocol"
-import { contentText, matchesReply, messageKeys, reasoningOf, type Reply, replyIdentity, replyKey, toolsKey } from "./keys.js"
+import type { BreakReason, ChatMessage, ChatTool, ChatToolCall } from "@reins/protocol"
+import { canonicalArguments, contentText, matchesReply, messageKeys, reasoningOf, type Reply, replyIdentity, replyKey, toolsKey } from "./keys.js"
 
 /** What an earlier successful chat call of the attempt leaves for the next ones. */
 export interface Turn {
@@ -136,6 +136,31 @@ export const withReasoning = (turns: ReadonlyArray<Turn>, messages: ReadonlyArra
   return out ?? messages
 }
 
+/**
+ * The messages with each tool call the attempt answered carrying its arguments exactly as the
+ * model wrote them: a client that re-serializes them (Anthropic's `tool_use.input` is an object,
+ * so its text is always the client's) would otherwise render other text than was sampled, and a
+ * template that renders the arguments string verbatim could not reuse the earlier ids. Calls are
+ * found by id and must parse to the same JSON.
+ */
+export const withAnsweredArguments = (turns: ReadonlyArray<Turn>, messages: ReadonlyArray<ChatMessage>): ReadonlyArray<ChatMessage> => {
+  const answered = new Map<string, string>()
+  for (const { reply } of turns) for (const c of reply.toolCalls) answered.set(c.id, c.arguments)
+  if (answered.size === 0) return messages
+  let out: Array<ChatMessage> | undefined
+  messages.forEach((m, i) => {
+    if (m.role !== "assistant" || m.tool_calls === undefined) return
+    const differs = (c: ChatToolCall) => {
+      const ours = answered.get(c.id)
+      return ours !== undefined && ours !== c.function.arguments && canonicalArguments(ours) === canonicalArguments(c.function.arguments)
+    }
+    if (!m.tool_calls.some(differs)) return
+    out ??= [...messages]
+    out[i] = { ...m, tool_calls: m.tool_calls.map((c) => (differs(c) ? { ...c, function: { ...c.function, arguments: answered.get(c.id)! } } : c)) }
+  })
+  return out ?? messages
+}
+
 const isTemplateError = (e: unknown) => typeof e === "object" && e !== null && (e as { _tag?: string })._tag === "ChatTemplateError"
 
 /**
@@ -153,7 +178,7 @@ export const buildPrompt = (
   const tk = toolsKey(tools, chatTemplateKwargs)
   const options = { tools, addGenerationPrompt: true, chatTemplateKwargs }
   const match = findMatch(turns, messages, keys, tk)
-  const rendered = withReasoning(turns, messages)
+  const rendered = withReasoning(turns, withAnsweredArguments(turns, messages))
   if (match !== null) {
     const { turn } = match
     if (match.retry) {

@@ -1,0 +1,163 @@
+/**
+ * The Anthropic Messages request body (`POST /v1/messages`, and the subset `count_tokens`
+ * reads), validated into 400s that name the field. Forcing a tool (`tool_choice` any/tool),
+ * server tools, images and documents, and an assistant prefill cannot be served by a local
+ * policy without changing what is sampled, so they are refused by name.
+ */
+import { Either, Schema } from "effect"
+import { type ApiError, badRequest, unsupported } from "../http/errors.js"
+import { checkKnown, checkObject, decode } from "../openai/requests.js"
+
+const opt = <S extends Schema.Schema.Any>(s: S) => Schema.optional(Schema.NullOr(s))
+
+/** `cache_control` and `citations` are accepted on any block and ignored (they change nothing sampled). */
+const TextBlock = Schema.Struct({ type: Schema.Literal("text"), text: Schema.String })
+const ToolUseBlock = Schema.Struct({
+  type: Schema.Literal("tool_use"),
+  id: Schema.String,
+  name: Schema.String,
+  input: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+const ToolResultBlock = Schema.Struct({
+  type: Schema.Literal("tool_result"),
+  tool_use_id: Schema.String,
+  content: Schema.optional(Schema.Union(Schema.String, Schema.Array(TextBlock))),
+  is_error: opt(Schema.Boolean)
+})
+const ThinkingBlock = Schema.Struct({ type: Schema.Literal("thinking"), thinking: Schema.String, signature: Schema.optional(Schema.String) })
+
+export type TextBlock = typeof TextBlock.Type
+export type ContentBlock = TextBlock | typeof ToolUseBlock.Type | typeof ToolResultBlock.Type | typeof ThinkingBlock.Type
+
+const blockSchemas = { text: TextBlock, tool_use: ToolUseBlock, tool_result: ToolResultBlock, thinking: ThinkingBlock } as const
+
+export interface Message {
+  readonly role: "user" | "assistant"
+  readonly content: string | ReadonlyArray<ContentBlock>
+}
+
+const CustomTool = Schema.Struct({
+  type: Schema.optional(Schema.Literal("custom")),
+  name: Schema.String,
+  description: Schema.optional(Schema.String),
+  input_schema: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+export type CustomTool = typeof CustomTool.Type
+
+const ToolChoice = Schema.Struct({
+  type: Schema.Literal("auto", "any", "tool", "none"),
+  name: Schema.optional(Schema.String),
+  disable_parallel_tool_use: Schema.optional(Schema.Boolean)
+})
+
+/** The fields `count_tokens` accepts (a subset of a message request's). */
+const countFields = {
+  model: Schema.String,
+  messages: Schema.Array(Schema.Unknown),
+  system: Schema.optional(Schema.Union(Schema.String, Schema.Array(TextBlock))),
+  tools: Schema.optional(Schema.Array(Schema.Unknown)),
+  tool_choice: Schema.optional(ToolChoice),
+  /** Accepted: the model reasons as its chat template lets it (the budget is not honoured). */
+  thinking: Schema.optional(Schema.Struct({ type: Schema.Literal("enabled", "disabled", "adaptive"), budget_tokens: Schema.optional(Schema.Int) }))
+}
+
+const MessagesFields = Schema.Struct({
+  ...countFields,
+  max_tokens: Schema.Int.pipe(Schema.positive()),
+  temperature: Schema.optional(Schema.Number.pipe(Schema.between(0, 1))),
+  top_p: Schema.optional(Schema.Number.pipe(Schema.between(0, 1))),
+  top_k: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  stop_sequences: Schema.optional(Schema.Array(Schema.String)),
+  stream: Schema.optional(Schema.Boolean),
+  metadata: Schema.optional(Schema.Struct({ user_id: opt(Schema.String) })),
+  service_tier: Schema.optional(Schema.String)
+})
+const CountFields = Schema.Struct(countFields)
+
+type Decoded<F extends Schema.Struct.Fields> = Omit<Schema.Struct.Type<F>, "messages" | "tools"> & {
+  readonly messages: ReadonlyArray<Message>
+  readonly tools: ReadonlyArray<CustomTool>
+}
+export type MessagesRequest = Decoded<typeof MessagesFields.fields>
+export type CountTokensRequest = Decoded<typeof countFields>
+
+const decodeContent = (content: unknown, at: string, role: "user" | "assistant"): Either.Either<string | Array<ContentBlock>, ApiError> => {
+  if (typeof content === "string") return Either.right(content)
+  if (!Array.isArray(content)) return Either.left(badRequest(`'${at}' must be a string or an array of content blocks.`, at))
+  const out: Array<ContentBlock> = []
+  for (let j = 0; j < content.length; j++) {
+    const where = `${at}[${j}]`
+    const type = (content[j] as { type?: unknown } | null)?.type
+    const schema = typeof type === "string" ? blockSchemas[type as keyof typeof blockSchemas] : undefined
+    if (schema === undefined) {
+      return Either.left(unsupported(`Content blocks of type ${JSON.stringify(type ?? null)} are not supported; use text, tool_use, tool_result or thinking.`, `${where}.type`))
+    }
+    const toolResultContent = (content[j] as { content?: unknown }).content
+    if (type === "tool_result" && Array.isArray(toolResultContent)) {
+      const k = toolResultContent.findIndex((b) => (b as { type?: unknown } | null)?.type !== "text")
+      if (k >= 0) return Either.left(unsupported("Tool results may only hold text blocks.", `${where}.content[${k}].type`))
+    }
+    const decoded = decode(schema as Schema.Schema<ContentBlock, unknown>, content[j], where)
+    if (Either.isLeft(decoded)) return Either.left(decoded.left)
+    const block = decoded.right
+    const allowed = role === "user" ? ["text", "tool_result"] : ["text", "tool_use", "thinking"]
+    if (!allowed.includes(block.type)) return Either.left(badRequest(`A ${role} message cannot hold a ${block.type} block.`, `${where}.type`))
+    out.push(block)
+  }
+  return Either.right(out)
+}
+
+const decodeMessages = (raw: ReadonlyArray<unknown>): Either.Either<Array<Message>, ApiError> => {
+  if (raw.length === 0) return Either.left(badRequest("messages: at least one message is required.", "messages"))
+  const out: Array<Message> = []
+  for (let i = 0; i < raw.length; i++) {
+    const at = `messages[${i}]`
+    const m = raw[i] as { role?: unknown; content?: unknown } | null
+    if (typeof m !== "object" || m === null || Array.isArray(m)) return Either.left(badRequest(`'${at}' must be an object.`, at))
+    if (m.role !== "user" && m.role !== "assistant") return Either.left(badRequest(`${at}.role: Input should be 'user' or 'assistant'.`, `${at}.role`))
+    if (m.content === undefined) return Either.left(badRequest(`${at}.content: Field required.`, `${at}.content`, "missing_required_parameter"))
+    const content = decodeContent(m.content, `${at}.content`, m.role)
+    if (Either.isLeft(content)) return Either.left(content.left)
+    out.push({ role: m.role, content: content.right })
+  }
+  if (out[out.length - 1]!.role === "assistant") {
+    return Either.left(unsupported("A final assistant message (a prefill) is not supported: the reply is sampled from the model's own generation prompt.", `messages[${out.length - 1}]`))
+  }
+  return Either.right(out)
+}
+
+const decodeTools = (tools: ReadonlyArray<unknown>): Either.Either<Array<CustomTool>, ApiError> => {
+  const out: Array<CustomTool> = []
+  for (let i = 0; i < tools.length; i++) {
+    const type = (tools[i] as { type?: unknown } | null)?.type
+    if (type !== undefined && type !== "custom") {
+      return Either.left(unsupported(`Server tools such as ${JSON.stringify(type)} are not supported (they cannot run here); only client tools with an input_schema.`, `tools[${i}].type`))
+    }
+    const decoded = decode(CustomTool, tools[i], `tools[${i}]`)
+    if (Either.isLeft(decoded)) return Either.left(decoded.left)
+    out.push(decoded.right)
+  }
+  return Either.right(out)
+}
+
+const validate = <F extends Schema.Struct.Fields>(schema: Schema.Struct<F>, body: unknown): Either.Either<Decoded<F>, ApiError> =>
+  Either.gen(function* () {
+    const obj = yield* checkObject(body)
+    yield* checkKnown(obj, new Set(Object.keys(schema.fields)))
+    const fields = (yield* decode(schema as unknown as Schema.Schema<Schema.Struct.Type<F>, unknown>, obj)) as Schema.Struct.Type<F> & {
+      readonly messages: ReadonlyArray<unknown>
+      readonly tools?: ReadonlyArray<unknown>
+      readonly tool_choice?: { readonly type: string }
+    }
+    const choice = fields.tool_choice?.type ?? "auto"
+    if (choice !== "auto" && choice !== "none") {
+      return yield* Either.left(unsupported(`tool_choice '${choice}' is not supported (forcing a tool call needs constrained decoding); use 'auto' or 'none'.`, "tool_choice"))
+    }
+    const messages = yield* decodeMessages(fields.messages)
+    const tools = yield* decodeTools(fields.tools ?? [])
+    return { ...fields, messages, tools } as Decoded<F>
+  })
+
+export const validateMessages = (body: unknown): Either.Either<MessagesRequest, ApiError> => validate(MessagesFields, body)
+
+export const validateCountTokens = (body: unknown): Either.Either<CountTokensRequest, ApiError> => validate(CountFields, body)

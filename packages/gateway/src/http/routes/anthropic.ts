@@ -1,0 +1,58 @@
+/**
+ * The Anthropic Messages routes: `POST /v1/messages` (served by the one call pipeline through the
+ * Messages codec) and `POST /v1/messages/count_tokens` (the prompt's length as this call would
+ * render it, reusing the attempt's earlier ids; not a model call, so not recorded). The attempt
+ * key comes as `x-api-key` or `Authorization: Bearer`; `anthropic-version` and `anthropic-beta`
+ * are accepted whatever their value. Errors are answered in Anthropic's shape (the router renders
+ * them, see `errors: "anthropic"` in its table).
+ */
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect } from "effect"
+import { messagesEncoder, messageId } from "../../anthropic/encoder.js"
+import { toConversation } from "../../anthropic/conversation.js"
+import { validateCountTokens, validateMessages } from "../../anthropic/request.js"
+import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
+import { serve } from "../../calls/engine.js"
+import { type CallContext, recordError } from "../../calls/env.js"
+import { checkModel, planConversation, renderPrompt } from "../../calls/plan.js"
+import { readJson, readJsonText } from "../body.js"
+import { type ApiError, unsupported } from "../errors.js"
+import type { AppEnv } from "./env.js"
+
+const upstreamRefusal = () =>
+  unsupported("The Messages API is served from the policy engine only; this Gateway proxies an upstream, use /v1/chat/completions.", "model")
+
+export const messages = (env: AppEnv) =>
+  Effect.gen(function* () {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const receivedAt = Date.now()
+    const attempt = yield* runningAttempt(env.store, request.headers)
+    const ctx: CallContext = { attempt, endpoint: "messages", protocol: "anthropic", receivedAt }
+    const { json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const refuse = (e: ApiError) => recordError(env, ctx, e, body)
+    const backend = env.backend
+    if (backend._tag === "Upstream") {
+      const error = upstreamRefusal()
+      yield* refuse(error)
+      return yield* Effect.fail(error)
+    }
+    const r = yield* validateMessages(body).pipe(Effect.tapError(refuse))
+    const info = yield* backend.generator.info
+    const plan = yield* planConversation(toConversation(body, r), info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id)).pipe(
+      Effect.tapError(refuse)
+    )
+    return yield* serve(env, ctx, plan, backend, () => messagesEncoder({ id: messageId(), model: plan.model, promptIds: plan.promptIds }))
+  })
+
+export const countTokens = (env: AppEnv) =>
+  Effect.gen(function* () {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const attempt = yield* attemptOfKey(env.store, request.headers)
+    const body = yield* readJson(env.config.maxBodyBytes)
+    const backend = env.backend
+    if (backend._tag === "Upstream") return yield* Effect.fail(upstreamRefusal())
+    const r = yield* validateCountTokens(body)
+    yield* checkModel(r.model, yield* backend.generator.info, env.config.modelAliases)
+    const built = yield* renderPrompt(toConversation(body, r), backend.format, yield* env.conversations.turns(attempt.id))
+    return HttpServerResponse.unsafeJson({ input_tokens: built.promptIds.length })
+  })
