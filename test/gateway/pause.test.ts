@@ -8,6 +8,7 @@
 import { Gateway } from "@reins/gateway"
 import type { EngineStats } from "@reins/policy"
 import { ActorSystem } from "@reins/runtime"
+import Anthropic from "@anthropic-ai/sdk"
 import { Effect, Layer } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -164,6 +165,79 @@ describe("pause gate", () => {
       expect(state).toMatchObject({ paused: false, held: 0, in_flight: 0 })
     }
   }
+
+  it("holds calls of the three protocols alike: chat, Responses and Messages, streamed or not, all succeed after the resume", async () => {
+    const a = await gw.attempt()
+    const openai = new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 })
+    const anthropic = new Anthropic({ baseURL: gw.url, apiKey: a.key, maxRetries: 0 })
+    const before = (await gw.gateway.state.pipe(Effect.runPromise)).version
+    const model = policy.modelId
+    const n = (i: number) => (i < 4 ? 300 : 60)
+    /** Each call's output token count as its protocol reports it (any error fails the test). */
+    const call = async (i: number): Promise<number> => {
+      const content = `mixed ${i}`
+      const stream = i % 2 === 1
+      switch (i % 3) {
+        case 0: {
+          if (!stream) return (await openai.chat.completions.create({ model, messages: [{ role: "user", content }], max_tokens: n(i) })).usage!.completion_tokens
+          let tokens = 0
+          for await (const c of await openai.chat.completions.create({ model, messages: [{ role: "user", content }], max_tokens: n(i), stream: true })) {
+            tokens += (c.choices[0] as unknown as { token_ids?: Array<number> } | undefined)?.token_ids?.length ?? 0
+          }
+          return tokens
+        }
+        case 1: {
+          if (!stream) return (await openai.responses.create({ model, input: content, max_output_tokens: n(i) })).usage!.output_tokens
+          let tokens = -1
+          for await (const e of await openai.responses.create({ model, input: content, max_output_tokens: n(i), stream: true })) {
+            if (e.type === "response.incomplete") tokens = e.response.usage!.output_tokens
+          }
+          return tokens
+        }
+        default: {
+          const params = { model, max_tokens: n(i), messages: [{ role: "user" as const, content }] }
+          if (!stream) return (await anthropic.messages.create(params)).usage.output_tokens
+          return (await anthropic.messages.stream(params).finalMessage()).usage.output_tokens
+        }
+      }
+    }
+    const state = async () => (await gw.admin("/api/gateway/state")).json
+    const waitFor = async (ok: (s: any) => boolean) => {
+      for (let i = 0; i < 400; i++) {
+        const s = await state()
+        if (ok(s)) return s
+        await sleep(25)
+      }
+      throw new Error(`gateway state never matched: ${JSON.stringify(await state())}`)
+    }
+    try {
+      const first = Array.from({ length: 4 }, (_, i) => call(i))
+      await waitFor((s) => s.in_flight === 4)
+      expect((await gw.admin("/api/gateway/pause", { body: { mode: "interrupt" } })).status).toBe(200)
+      const second = Array.from({ length: 12 }, (_, i) => call(4 + i))
+      expect(await waitFor((s) => s.held === 12)).toMatchObject({ paused: true, held: 12 })
+      expect(await policy.updateWeights()).toBe(before + 1)
+      expect((await gw.admin("/api/gateway/resume", { body: {} })).json).toMatchObject({ paused: false, version: before + 1 })
+      const tokens = await Promise.all([...first, ...second])
+      expect(tokens).toEqual(Array.from({ length: 16 }, (_, i) => n(i)))
+    } finally {
+      await gw.admin("/api/gateway/resume", { body: {} })
+    }
+    const calls = (await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.calls as Array<any>
+    expect(calls).toHaveLength(16)
+    const byIndex = new Map(calls.map((c) => [Number(/mixed (\d+)/.exec(JSON.stringify(c.request))![1]), c] as const))
+    for (const [i, c] of byIndex) {
+      expect([c.status, c.trainable, c.endpoint, c.protocol]).toEqual([200, true, ["chat.completions", "responses", "messages"][i % 3], i % 3 === 2 ? "anthropic" : "openai"])
+      expect(c.versions).toHaveLength(n(i))
+      // Held at the gate: every token from the new weights.
+      if (i >= 4) {
+        expect(c.timings.held_ms).toBeGreaterThan(0)
+        expect(new Set(c.versions)).toEqual(new Set([before + 1]))
+      }
+    }
+    expectSampledBy(calls, before, before + 1)
+    expect(await state()).toMatchObject({ paused: false, held: 0, in_flight: 0 })
+  })
 
   it("records a call whose harness goes away mid-generation as cancelled, once, and frees its slot", async () => {
     const a = await gw.attempt()
