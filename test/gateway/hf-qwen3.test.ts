@@ -10,13 +10,17 @@
  * - the call after the new question cannot, and records a `template` break;
  * - reasoning comes back as `reasoning_content` (streamed too), and the recorded ids are exactly
  *   what the engine sampled;
- * - the Trainer's adapter makes two segments of such a rollout, the second started by the
+ * - the same script through the Responses API (reasoning items; reuse matched by `call_id`) and
+ *   Anthropic Messages (thinking blocks; reuse matched by `tool_use_id`, the model's exact
+ *   arguments text restored under a client that sends `input` objects) reuses and breaks alike;
+ * - the Trainer's adapter makes two segments of such a rollout, whatever its protocol, the second started by the
  *   `template` break, every sampled token trained once with its recorded logprob, and rollout
  *   normalization weighs the rollout once.
  */
 import { HfChatTemplate, HfPromptTemplate, type PromptTemplate, type Tokenizer } from "@reins/policy"
 import type { ChatMessage, ChatTool } from "@reins/protocol"
 import { adaptRollout, normalize, traceOf, weightByRollout } from "@reins/trainer"
+import Anthropic from "@anthropic-ai/sdk"
 import { Effect } from "effect"
 import OpenAI from "openai"
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions"
@@ -80,7 +84,8 @@ interface Reply {
   readonly content: string | null
   readonly reasoning: string | undefined
   readonly toolCalls: ReadonlyArray<{ readonly id: string; readonly name: string; readonly arguments: string }>
-  readonly tokenIds: ReadonlyArray<number>
+  /** What the response carried (chat returns them; Responses and Messages do not: null). */
+  readonly tokenIds: ReadonlyArray<number> | null
   readonly finish: string | null
 }
 
@@ -150,6 +155,93 @@ const converse = async (options: { readonly stream: boolean; readonly echoReason
   return { ...a, replies, calls }
 }
 
+const RESPONSES_TOOLS: Array<OpenAI.Responses.FunctionTool> = [
+  { type: "function", name: "add", description: ADD.function.description!, parameters: ADD.function.parameters as Record<string, unknown>, strict: null }
+]
+
+const responseReply = (r: OpenAI.Responses.Response): Reply => {
+  const calls = r.output.filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === "function_call")
+  const reasoning = r.output.find((o): o is OpenAI.Responses.ResponseReasoningItem => o.type === "reasoning")
+  return {
+    content: calls.length > 0 && r.output_text === "" ? null : r.output_text,
+    reasoning: reasoning?.content?.map((c) => c.text).join(""),
+    toolCalls: calls.map((c) => ({ id: c.call_id, name: c.name, arguments: c.arguments })),
+    tokenIds: null,
+    finish: calls.length > 0 ? "tool_calls" : "stop"
+  }
+}
+
+/** The scripted harness over the Responses API: output items sent back as input (reasoning items dropped or kept). */
+const converseResponses = async (options: { readonly stream: boolean; readonly echoReasoning: boolean }) => {
+  const a = await gw.attempt()
+  const openai = new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 })
+  const input: Array<OpenAI.Responses.ResponseInputItem> = [{ role: "user", content: QUESTIONS[0]! }]
+  const replies: Array<Reply> = []
+  for (const next of [QUESTIONS[1], undefined]) {
+    for (let step = 0; step < 3; step++) {
+      const params = { model: QWEN3_MODEL_ID, instructions: SYSTEM, input, tools: RESPONSES_TOOLS, temperature: 0 }
+      const r = options.stream ? await openai.responses.stream(params).finalResponse() : await openai.responses.create(params)
+      const reply = responseReply(r)
+      replies.push(reply)
+      input.push(...(r.output.filter((o) => options.echoReasoning || o.type !== "reasoning") as Array<OpenAI.Responses.ResponseInputItem>))
+      if (reply.toolCalls.length === 0) break
+      for (const c of reply.toolCalls) {
+        const { a: x, b: y } = JSON.parse(c.arguments) as { a: number; b: number }
+        input.push({ type: "function_call_output", call_id: c.id, output: String(x + y) })
+      }
+    }
+    if (next !== undefined) input.push({ role: "user", content: next })
+  }
+  const calls = (await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.calls as Array<any>
+  return { ...a, replies, calls }
+}
+
+const ANTHROPIC_TOOLS: Array<Anthropic.Tool> = [
+  { name: "add", description: ADD.function.description!, input_schema: ADD.function.parameters as Anthropic.Tool.InputSchema }
+]
+
+const messageReply = (m: Anthropic.Message): Reply => {
+  const uses = m.content.filter((b): b is Anthropic.ToolUseBlock => b.type === "tool_use")
+  const text = m.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("")
+  const thinking = m.content.find((b): b is Anthropic.ThinkingBlock => b.type === "thinking")
+  return {
+    content: uses.length > 0 && text === "" ? null : text,
+    reasoning: thinking?.thinking,
+    // The SDK gives the input as an object: its JSON as the client would write it.
+    toolCalls: uses.map((u) => ({ id: u.id, name: u.name, arguments: JSON.stringify(u.input) })),
+    tokenIds: null,
+    finish: m.stop_reason === "tool_use" ? "tool_calls" : m.stop_reason === "end_turn" ? "stop" : m.stop_reason
+  }
+}
+
+/** The scripted harness over Anthropic Messages: content blocks sent back as they came (thinking kept or dropped). */
+const converseMessages = async (options: { readonly stream: boolean; readonly echoReasoning: boolean }) => {
+  const a = await gw.attempt()
+  const anthropic = new Anthropic({ baseURL: gw.url, apiKey: a.key, maxRetries: 0 })
+  const messages: Array<Anthropic.MessageParam> = [{ role: "user", content: QUESTIONS[0]! }]
+  const replies: Array<Reply> = []
+  for (const next of [QUESTIONS[1], undefined]) {
+    for (let step = 0; step < 3; step++) {
+      const params = { model: QWEN3_MODEL_ID, max_tokens: 96, system: SYSTEM, messages, tools: ANTHROPIC_TOOLS, temperature: 0 }
+      const m = options.stream ? await anthropic.messages.stream(params).finalMessage() : await anthropic.messages.create(params)
+      const reply = messageReply(m)
+      replies.push(reply)
+      messages.push({ role: "assistant", content: m.content.filter((b) => options.echoReasoning || b.type !== "thinking") as Array<Anthropic.ContentBlockParam> })
+      if (reply.toolCalls.length === 0) break
+      messages.push({
+        role: "user",
+        content: reply.toolCalls.map((c) => {
+          const { a: x, b: y } = JSON.parse(c.arguments) as { a: number; b: number }
+          return { type: "tool_result" as const, tool_use_id: c.id, content: String(x + y) }
+        })
+      })
+    }
+    if (next !== undefined) messages.push({ role: "user", content: next })
+  }
+  const calls = (await gw.admin(`/api/rollouts/${a.rolloutId}`)).json.calls as Array<any>
+  return { ...a, replies, calls }
+}
+
 const startsWith = (ids: ReadonlyArray<number>, prefix: ReadonlyArray<number>) => prefix.length <= ids.length && prefix.every((v, i) => ids[i] === v)
 
 /** What every run of the script must show, streamed or not. */
@@ -157,13 +249,14 @@ const checkRun = async (run: Awaited<ReturnType<typeof converse>>) => {
   const { replies, calls } = run
   expect(replies.map((r) => r.reasoning)).toEqual(SCRIPT.map((s) => s.reasoning))
   expect(replies.map((r) => r.content)).toEqual([null, "2+3 = 5.", null, "4+4 = 8."])
-  expect(replies.map((r) => r.toolCalls.map((c) => [c.name, c.arguments]))).toEqual([[["add", '{"a": 2, "b": 3}']], [], [["add", '{"a": 4, "b": 4}']], []])
+  // As the client holds them (Messages gives an object, not the model's text: compared parsed).
+  expect(replies.map((r) => r.toolCalls.map((c) => [c.name, JSON.parse(c.arguments)]))).toEqual([[["add", { a: 2, b: 3 }]], [], [["add", { a: 4, b: 4 }]], []])
   expect(replies.map((r) => r.finish)).toEqual(["tool_calls", "stop", "tool_calls", "stop"])
   expect(calls).toHaveLength(4)
 
   // Recorded = sampled: what the response carried, the script's text, and the engine's own greedy choice.
   for (const [i, call] of calls.entries()) {
-    expect(call.output_token_ids).toEqual(replies[i]!.tokenIds)
+    if (replies[i]!.tokenIds !== null) expect(call.output_token_ids).toEqual(replies[i]!.tokenIds)
     expect(policy.tokenizer.decode(call.output_token_ids)).toBe(SCRIPT[i]!.text + "<|im_end|>")
     expect(call.output_logprobs).toHaveLength(call.output_token_ids.length)
     expect(call.trainable).toBe(true)
@@ -199,8 +292,28 @@ describe("a Hugging Face (Qwen3) model behind the Gateway", () => {
     runs.push(run)
   })
 
-  it("makes the Trainer's segments: a template break, every sampled token once, the rollout weighed once", async () => {
-    expect(runs).toHaveLength(2)
+  it("serves the same conversation through the Responses API: reasoning items, reuse by call_id, the same break", async () => {
+    for (const options of [{ stream: false, echoReasoning: false }, { stream: true, echoReasoning: true }]) {
+      const run = await converseResponses(options)
+      await checkRun(run)
+      expect(run.calls.map((c: any) => [c.endpoint, c.protocol])).toEqual(Array(4).fill(["responses", "openai"]))
+      expect(run.calls[0].response.output.map((o: any) => o.type)).toEqual(["reasoning", "function_call"])
+      runs.push(run)
+    }
+  })
+
+  it("serves the same conversation through Anthropic Messages: thinking blocks, reuse by tool_use_id, the same break", async () => {
+    for (const options of [{ stream: false, echoReasoning: true }, { stream: true, echoReasoning: false }]) {
+      const run = await converseMessages(options)
+      await checkRun(run)
+      expect(run.calls.map((c: any) => [c.endpoint, c.protocol])).toEqual(Array(4).fill(["messages", "anthropic"]))
+      expect(run.calls[0].response.content.map((b: any) => b.type)).toEqual(["thinking", "tool_use"])
+      runs.push(run)
+    }
+  })
+
+  it("makes the Trainer's segments whatever the protocol: a template break, every sampled token once, each rollout weighed once", async () => {
+    expect(runs).toHaveLength(6)
     // A third rollout of one short call: one segment, a few tokens.
     const short = await gw.attempt()
     const openai = new OpenAI({ baseURL: short.baseUrl, apiKey: short.key, maxRetries: 0 })
@@ -234,11 +347,11 @@ describe("a Hugging Face (Qwen3) model behind the Gateway", () => {
       expect(trained).toBe(run.calls.reduce((n: number, c: any) => n + c.output_token_ids.length, 0))
       scored.push(...segments.map((s) => ({ ...s, advantages: new Float32Array(s.tokens.length).fill(1) })))
     }
-    // Rollout normalization: each rollout weighs 1/3, whatever its segments and tokens.
+    // Rollout normalization: each rollout weighs the same, whatever its protocol, segments and tokens.
     const samples = normalize(scored, "rollout")
     const weights = weightByRollout(samples)
-    expect(weights.size).toBe(3)
-    for (const w of weights.values()) expect(w).toBeCloseTo(1 / 3, 5)
+    expect(weights.size).toBe(7)
+    for (const w of weights.values()) expect(w).toBeCloseTo(1 / 7, 5)
   })
 
   it("passes chat_template_kwargs to the template, and answers a template's refusal with a 400", async () => {
