@@ -5,6 +5,7 @@
  */
 import { Readable } from "node:stream"
 import { isContextFull } from "@reins/protocol"
+import { Effect } from "effect"
 import OpenAI from "openai"
 import { request } from "undici"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -121,6 +122,31 @@ describe("bad input matrix (completions)", () => {
   for (const [name, body, status, code, param] of cases) {
     it(name, async () => expectError(await send("/v1/completions", body), status, code, param))
   }
+})
+
+describe("bodies the store cannot re-serialize", () => {
+  it("records a deeply nested body's failed call as it was received, on every protocol", async () => {
+    const a = await gw.attempt()
+    const deep = "[".repeat(20_000) + "]".repeat(20_000)
+    const bodies: Array<[string, string]> = [
+      ["/v1/chat/completions", `{"model":"${model}","messages":[{"role":"user","content":${deep}}]}`],
+      ["/v1/responses", `{"model":"${model}","input":${deep}}`],
+      ["/v1/messages", `{"model":"${model}","max_tokens":4,"messages":[{"role":"user","content":${deep}}]}`]
+    ]
+    for (const [path, body] of bodies) {
+      const r = await request(gw.url + path, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${a.key}` }, body })
+      expect(r.statusCode).toBe(400)
+      const json = (await r.body.json()) as any
+      if (path === "/v1/messages") expect(json.error.type).toBe("invalid_request_error")
+      else expect(json.error.code).toBe("invalid_value")
+    }
+    const calls = await Effect.runPromise(gw.store.calls(a.attemptId))
+    expect(calls.map((c) => [c.endpoint, c.status])).toEqual([
+      ["chat.completions", 400],
+      ["responses", 400],
+      ["messages", 400]
+    ])
+  })
 })
 
 describe("after the matrix", () => {

@@ -71,6 +71,7 @@ const write = (s: Omit<Served, "record">, status: number, body: unknown, out: Fi
     status,
     error,
     request: s.plan.request,
+    requestJson: s.ctx.requestJson,
     response: body,
     promptIds: s.plan.promptIds,
     outputIds: s.sampled.outputIds,

@@ -33,6 +33,11 @@ export interface CallContext {
   readonly endpoint: CallEndpoint
   readonly protocol: CallProtocol
   readonly receivedAt: number
+  /**
+   * The request body as received, once read: recorded as it crossed the wire rather than
+   * re-serialized (which a deeply nested body would not survive: its call would go unrecorded).
+   */
+  readonly requestJson?: string | undefined
 }
 
 export const EMPTY_INT = new Int32Array(0)
@@ -56,6 +61,7 @@ export const recordError = (
       status: error.status,
       error: `${error.code ?? error.type}: ${error.message}`,
       request,
+      requestJson: ctx.requestJson,
       response: null,
       promptIds: extra.promptIds ?? EMPTY_INT,
       outputIds: extra.outputIds ?? EMPTY_INT,

@@ -27,8 +27,9 @@ export const messages = (env: AppEnv) =>
     const request = yield* HttpServerRequest.HttpServerRequest
     const receivedAt = Date.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    const ctx: CallContext = { attempt, endpoint: "messages", protocol: "anthropic", receivedAt }
-    const { json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const received: CallContext = { attempt, endpoint: "messages", protocol: "anthropic", receivedAt }
+    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
+    const ctx: CallContext = { ...received, requestJson: text }
     const refuse = (e: ApiError) => recordError(env, ctx, e, body)
     const backend = env.backend
     if (backend._tag === "Upstream") {

@@ -24,8 +24,9 @@ const completionRoute = (env: AppEnv, endpoint: "chat.completions" | "completion
     const request = yield* HttpServerRequest.HttpServerRequest
     const receivedAt = Date.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    const ctx: CallContext = { attempt, endpoint, protocol: "openai", receivedAt }
-    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const received: CallContext = { attempt, endpoint, protocol: "openai", receivedAt }
+    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
+    const ctx: CallContext = { ...received, requestJson: text }
     const backend = env.backend
     if (backend._tag === "Upstream") {
       if (typeof body !== "object" || body === null || Array.isArray(body)) {

@@ -38,8 +38,9 @@ export const createResponse = (env: AppEnv) =>
     const request = yield* HttpServerRequest.HttpServerRequest
     const receivedAt = Date.now()
     const attempt = yield* runningAttempt(env.store, request.headers)
-    const ctx: CallContext = { attempt, endpoint: "responses", protocol: "openai", receivedAt }
-    const { json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, ctx, e, null)))
+    const received: CallContext = { attempt, endpoint: "responses", protocol: "openai", receivedAt }
+    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
+    const ctx: CallContext = { ...received, requestJson: text }
     const backend = env.backend
     const refuse = (e: ApiError) => recordError(env, ctx, e, body)
     if (backend._tag === "Upstream") {
