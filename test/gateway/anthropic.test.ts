@@ -49,12 +49,18 @@ const client = async () => {
 const callsOf = async (rolloutId: string) => (await gw.admin(`/api/rollouts/${rolloutId}`)).json.calls as Array<any>
 const isPrefix = (prefix: ReadonlyArray<number>, of: ReadonlyArray<number>) => prefix.length <= of.length && prefix.every((v, i) => of[i] === v)
 
-const weather = (content: Array<Anthropic.MessageParam>) => ({ model: MODEL, max_tokens: 64, system: [{ type: "text" as const, text: SYSTEM, cache_control: { type: "ephemeral" as const } }], tools, messages: content, temperature: 0 })
+/**
+ * Greedy decoding, so the taught replies come back exactly. The 1.x SDK's types no longer list
+ * `temperature` (newer Claude models ignore it), but the wire field is Anthropic's and honoured here.
+ */
+const greedy = { temperature: 0 } as {}
+
+const weather = (content: Array<Anthropic.MessageParam>) => ({ ...greedy, model: MODEL, max_tokens: 64, system: [{ type: "text" as const, text: SYSTEM, cache_control: { type: "ephemeral" as const } }], tools, messages: content })
 
 describe("Anthropic Messages", () => {
   it("answers in Anthropic's shape, recorded with its exact tokens", async () => {
     const { anthropic, rolloutId } = await client()
-    const m = await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], temperature: 0, metadata: { user_id: "u1" } })
+    const m = await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], metadata: { user_id: "u1" }, ...greedy })
     expect(m).toMatchObject({ type: "message", role: "assistant", model: MODEL, stop_reason: "end_turn", stop_sequence: null, content: [{ type: "text", text: HELLO }] })
     expect(m.id).toMatch(/^msg_/)
     const [call] = await callsOf(rolloutId)
@@ -107,7 +113,7 @@ describe("Anthropic Messages", () => {
     expect(new Set(wire.slice(3, -3))).toEqual(new Set(["content_block_delta"]))
 
     const events: Array<Anthropic.RawMessageStreamEvent> = []
-    for await (const e of await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], temperature: 0, stream: true })) events.push(e)
+    for await (const e of await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], stream: true, ...greedy })) events.push(e)
     const text = events.flatMap((e) => (e.type === "content_block_delta" && e.delta.type === "text_delta" ? [e.delta.text] : [])).join("")
     expect(text).toBe(HELLO)
 
@@ -127,9 +133,9 @@ describe("Anthropic Messages", () => {
 
   it("says which stop sequence ended the text, and max_tokens", async () => {
     const { anthropic } = await client()
-    const stopped = await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], temperature: 0, stop_sequences: [" am", "zz"] })
+    const stopped = await anthropic.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: "Hi!" }], stop_sequences: [" am", "zz"], ...greedy })
     expect(stopped).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: " am", content: [{ type: "text", text: "Hello there, I" }] })
-    const cut = await anthropic.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: "user", content: "Hi!" }], temperature: 0 })
+    const cut = await anthropic.messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: "user", content: "Hi!" }], ...greedy })
     expect(cut.stop_reason).toBe("max_tokens")
     expect(cut.usage.output_tokens).toBe(2)
   })
@@ -146,6 +152,7 @@ describe("Anthropic Messages", () => {
       [{ messages: [...user, { role: "assistant", content: "Hello" }] }, "messages[1]"],
       [{ messages: [{ role: "system", content: "x" }] }, "messages[0].role"],
       [{ temperature: 1.5 }, "temperature"],
+      [{ output_config: { format: { type: "json_schema", schema: {} } } }, "output_config.format"],
       [{ bogus: 1 }, "bogus"]
     ]
     const post = (path: string, body: unknown, headers: Record<string, string>) =>

@@ -6,7 +6,6 @@ import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { afterAll } from "vitest"
-import Database from "better-sqlite3"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
@@ -47,10 +46,14 @@ describe("SqliteStore", () => {
       )
       expect([chat.protocol, messages.protocol]).toEqual(["openai", "anthropic"])
       // A database from before the migration: no protocol column, the migration not applied.
-      const raw = new Database(file)
-      raw.exec("ALTER TABLE calls DROP COLUMN protocol; DELETE FROM reins_migrations WHERE name = 'calls_protocol'")
-      expect(raw.prepare("SELECT COUNT(*) AS n FROM reins_migrations").get()).toEqual({ n: 2 })
-      raw.close()
+      const applied = yield* Effect.flatMap(SqliteClient.SqliteClient, (sql) =>
+        Effect.gen(function* () {
+          yield* sql`ALTER TABLE calls DROP COLUMN protocol`
+          yield* sql`DELETE FROM reins_migrations WHERE name = 'calls_protocol'`
+          return yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM reins_migrations`
+        })
+      ).pipe(Effect.provide(SqliteClient.layer({ filename: file })))
+      expect(applied).toEqual([{ n: 2 }])
       const calls = yield* withStore(file, (s) => s.calls(attempt.id))
       expect(calls.map((c) => [c.endpoint, c.protocol, c.outputIds.length])).toEqual([
         ["chat.completions", "openai", 2],

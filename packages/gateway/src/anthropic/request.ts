@@ -57,8 +57,12 @@ const countFields = {
   system: Schema.optional(Schema.Union(Schema.String, Schema.Array(TextBlock))),
   tools: Schema.optional(Schema.Array(Schema.Unknown)),
   tool_choice: Schema.optional(ToolChoice),
-  /** Accepted: the model reasons as its chat template lets it (the budget is not honoured). */
-  thinking: Schema.optional(Schema.Struct({ type: Schema.Literal("enabled", "disabled", "adaptive"), budget_tokens: Schema.optional(Schema.Int) }))
+  /** Accepted: the model reasons as its chat template lets it (the budget and display are not honoured). */
+  thinking: Schema.optional(
+    Schema.Struct({ type: Schema.Literal("enabled", "disabled", "adaptive", "between_tools"), budget_tokens: Schema.optional(Schema.Int), display: opt(Schema.String) })
+  ),
+  /** Effort is accepted like `thinking`; a JSON output `format` is refused (it needs constrained decoding). */
+  output_config: Schema.optional(Schema.Struct({ effort: opt(Schema.String), format: opt(Schema.Unknown) }))
 }
 
 const MessagesFields = Schema.Struct({
@@ -70,7 +74,13 @@ const MessagesFields = Schema.Struct({
   stop_sequences: Schema.optional(Schema.Array(Schema.String)),
   stream: Schema.optional(Schema.Boolean),
   metadata: Schema.optional(Schema.Struct({ user_id: opt(Schema.String) })),
-  service_tier: Schema.optional(Schema.String)
+  // Accepted and ignored: they change where or how fast a hosted model runs, not what is sampled.
+  service_tier: Schema.optional(Schema.String),
+  cache_control: opt(Schema.Unknown),
+  inference_geo: opt(Schema.String),
+  speed: opt(Schema.String),
+  diagnostics: opt(Schema.Unknown),
+  container: opt(Schema.Unknown)
 })
 const CountFields = Schema.Struct(countFields)
 
@@ -149,6 +159,11 @@ const validate = <F extends Schema.Struct.Fields>(schema: Schema.Struct<F>, body
       readonly tools?: ReadonlyArray<unknown>
       readonly tool_choice?: { readonly type: string }
     }
+    const extra = fields as { readonly output_config?: { readonly format?: unknown }; readonly container?: unknown }
+    if ((extra.output_config?.format ?? null) !== null) {
+      return yield* Either.left(unsupported("output_config.format (structured output) is not supported: it needs constrained decoding.", "output_config.format"))
+    }
+    if ((extra.container ?? null) !== null) return yield* Either.left(unsupported("Containers (code execution) are not supported.", "container"))
     const choice = fields.tool_choice?.type ?? "auto"
     if (choice !== "auto" && choice !== "none") {
       return yield* Either.left(unsupported(`tool_choice '${choice}' is not supported (forcing a tool call needs constrained decoding); use 'auto' or 'none'.`, "tool_choice"))
