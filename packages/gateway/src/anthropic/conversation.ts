@@ -82,7 +82,8 @@ export const toConversation = (body: unknown, r: MessagesRequest | CountTokensRe
       topK: m.top_k,
       seed: undefined,
       stop: m.stop_sequences ?? [],
-      topLogprobs: 0
+      topLogprobs: 0,
+      capToContext: true
     },
     stream: m.stream === true,
     includeUsage: false,

@@ -25,6 +25,11 @@ export interface Sampling {
   readonly stop: ReadonlyArray<string>
   /** Alternatives per token to return (the sampled token's logprob is always recorded). */
   readonly topLogprobs: number
+  /**
+   * `maxTokens` is a cap, cut to what the context leaves rather than refused (Anthropic's required
+   * `max_tokens` is set by harnesses for a hosted model's much larger context).
+   */
+  readonly capToContext?: boolean | undefined
 }
 
 /** One internal conversation: what a chat, Responses or Messages request decodes to. */
@@ -48,7 +53,7 @@ const stopList = (stop: string | ReadonlyArray<string> | null | undefined): Arra
   stop == null ? [] : typeof stop === "string" ? [stop] : [...stop]
 
 const samplingParams = (r: Sampling, info: ModelInfo, promptLength: number, defaultMax = Infinity): Either.Either<SamplingParams, ApiError> => {
-  const requested = r.maxTokens
+  const requested = r.maxTokens !== null && r.capToContext === true ? Math.min(r.maxTokens, info.contextLength - promptLength) : r.maxTokens
   if (promptLength >= info.contextLength) return Either.left(contextLengthExceeded(info.contextLength, promptLength, null))
   if (requested !== null && promptLength + requested > info.contextLength) {
     return Either.left(contextLengthExceeded(info.contextLength, promptLength, requested))
