@@ -1,7 +1,7 @@
 /**
  * An external OpenAI-compatible server (vLLM, SGLang, llama.cpp, OpenAI, ...), reached with
  * plain undici (measured 2–3× faster than Effect's HttpClient here) over a keep-alive pool.
- * The Gateway proxies chat/text completions to it and records what comes back.
+ * The Gateway proxies chat/text completions, Responses and Messages to it and records what comes back.
  */
 import { Context, Data, Effect, Layer, type Scope } from "effect"
 import { Agent, type Dispatcher } from "undici"
@@ -35,8 +35,8 @@ export interface UpstreamService {
   readonly options: UpstreamOptions
   /** The base URL, normalized (no trailing slash). */
   readonly base: string
-  /** POSTs JSON text to `path` under the base URL (e.g. `/chat/completions`). Interrupting aborts it. */
-  readonly post: (path: string, json: string) => Effect.Effect<UpstreamResponse, UpstreamError>
+  /** POSTs JSON text to `path` under the base URL (e.g. `/chat/completions`), with extra headers. Interrupting aborts it. */
+  readonly post: (path: string, json: string, extraHeaders?: Readonly<Record<string, string>>) => Effect.Effect<UpstreamResponse, UpstreamError>
   readonly get: (path: string) => Effect.Effect<{ readonly status: number; readonly json: unknown }, UpstreamError>
 }
 
@@ -65,11 +65,11 @@ export const make = (options: UpstreamOptions): Effect.Effect<UpstreamService, U
     const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream" }
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`
 
-    const post = (path: string, json: string) =>
+    const post = (path: string, json: string, extraHeaders?: Readonly<Record<string, string>>) =>
       Effect.tryPromise({
         try: (signal) =>
           agent
-            .request({ origin, path: pathname + path, method: "POST", headers, body: json, signal })
+            .request({ origin, path: pathname + path, method: "POST", headers: extraHeaders ? { ...headers, ...extraHeaders } : headers, body: json, signal })
             .then((r) => ({ status: r.statusCode, contentType: String(r.headers["content-type"] ?? ""), body: r.body })),
         catch: (e) => new UpstreamError({ message: `upstream ${base}${path}: ${describe(e)}`, cause: e })
       })

@@ -4,7 +4,8 @@
  * render it, reusing the attempt's earlier ids; not a model call, so not recorded). The attempt
  * key comes as `x-api-key` or `Authorization: Bearer`; `anthropic-version` and `anthropic-beta`
  * are accepted whatever their value. Errors are answered in Anthropic's shape (the router renders
- * them, see `errors: "anthropic"` in its table).
+ * them, see `errors: "anthropic"` in its table). In upstream mode a message call is relayed to an
+ * upstream that serves Messages.
  */
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
@@ -15,12 +16,20 @@ import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
 import { serve } from "../../calls/engine.js"
 import { type CallContext, recordError } from "../../calls/env.js"
 import { checkModel, planConversation, renderPrompt } from "../../calls/plan.js"
+import { relay } from "../../calls/relay.js"
+import { relayedMessages } from "../../anthropic/relayed.js"
 import { readJson, readJsonText } from "../body.js"
-import { type ApiError, unsupported } from "../errors.js"
+import { type ApiError, badRequest, unsupported } from "../errors.js"
 import type { AppEnv } from "./env.js"
 
-const upstreamRefusal = () =>
-  unsupported("The Messages API is served from the policy engine only; this Gateway proxies an upstream, use /v1/chat/completions.", "model")
+const upstreamRefusal = () => unsupported("count_tokens is served from the policy engine only (this Gateway proxies an upstream).", "model")
+
+/** What an Anthropic upstream reads: the protocol version and betas the harness asked for, and the upstream's own key. */
+const upstreamHeaders = (incoming: Readonly<Record<string, string | undefined>>, apiKey: string | undefined): Record<string, string> => ({
+  "anthropic-version": incoming["anthropic-version"] ?? "2023-06-01",
+  ...(incoming["anthropic-beta"] !== undefined ? { "anthropic-beta": incoming["anthropic-beta"] } : {}),
+  ...(apiKey ? { "x-api-key": apiKey } : {})
+})
 
 export const messages = (env: AppEnv) =>
   Effect.gen(function* () {
@@ -33,9 +42,12 @@ export const messages = (env: AppEnv) =>
     const refuse = (e: ApiError) => recordError(env, ctx, e, body)
     const backend = env.backend
     if (backend._tag === "Upstream") {
-      const error = upstreamRefusal()
-      yield* refuse(error)
-      return yield* Effect.fail(error)
+      if (typeof body !== "object" || body === null || Array.isArray(body)) {
+        const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
+        yield* refuse(error)
+        return yield* Effect.fail(error)
+      }
+      return yield* relay(env, ctx, backend.upstream, relayedMessages, body as Record<string, unknown>, text, upstreamHeaders(request.headers, backend.upstream.options.apiKey))
     }
     const r = yield* validateMessages(body).pipe(Effect.tapError(refuse))
     const info = yield* backend.generator.info

@@ -2,7 +2,8 @@
  * The OpenAI Responses routes: `POST /v1/responses` (served by the one call pipeline through the
  * Responses codec) and `GET /v1/responses/{id}` (a response of this attempt, from the store).
  * `previous_response_id` names an earlier response of the same attempt; its conversation is
- * rebuilt from the recorded calls, so a harness may send only the new input.
+ * rebuilt from the recorded calls, so a harness may send only the new input. In upstream mode the
+ * call is relayed to an upstream that serves the Responses API (which keeps its own responses).
  */
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ChatMessage } from "@reins/protocol"
@@ -11,11 +12,13 @@ import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
 import { serve } from "../../calls/engine.js"
 import { type CallContext, recordError } from "../../calls/env.js"
 import { planConversation } from "../../calls/plan.js"
+import { relay } from "../../calls/relay.js"
+import { relayedResponses } from "../../responses/relayed.js"
 import { historyOf, recordedResponses, toConversation } from "../../responses/conversation.js"
 import { responseId, responsesEncoder } from "../../responses/encoder.js"
 import { validateResponses } from "../../responses/request.js"
 import { readJsonText } from "../body.js"
-import { type ApiError, badRequest, internal, notFound, unsupported } from "../errors.js"
+import { type ApiError, badRequest, internal, notFound } from "../errors.js"
 import type { AppEnv } from "./env.js"
 
 const previousNotFound = (id: string) =>
@@ -44,9 +47,12 @@ export const createResponse = (env: AppEnv) =>
     const backend = env.backend
     const refuse = (e: ApiError) => recordError(env, ctx, e, body)
     if (backend._tag === "Upstream") {
-      const error = unsupported("The Responses API is served from the policy engine only; this Gateway proxies an upstream, use /v1/chat/completions.", "model")
-      yield* refuse(error)
-      return yield* Effect.fail(error)
+      if (typeof body !== "object" || body === null || Array.isArray(body)) {
+        const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
+        yield* refuse(error)
+        return yield* Effect.fail(error)
+      }
+      return yield* relay(env, ctx, backend.upstream, relayedResponses, body as Record<string, unknown>, text, {})
     }
     const r = yield* validateResponses(body).pipe(Effect.tapError(refuse))
     const previous = yield* previousConversation(env, attempt.id, r.previous_response_id).pipe(Effect.tapError(refuse))
