@@ -129,6 +129,31 @@ describe("Responses API", () => {
     expect((await callsOf(other.rolloutId)).map((c) => c.status)).toEqual([400])
   })
 
+  it("resolves item_reference to this attempt's stored output items; store: false keeps a response out of reach", async () => {
+    const { openai, rolloutId } = await client()
+    const question: ResponseInputItem = { role: "user", content: "What is the weather in Paris?" }
+    const first = await openai.responses.create({ model: MODEL, instructions: SYSTEM, input: [question], tools, temperature: 0 })
+    const call = functionCall(first)
+    // As the AI SDK sends stored items back: by reference.
+    const second = await openai.responses.create({
+      model: MODEL,
+      instructions: SYSTEM,
+      input: [question, { type: "item_reference", id: call.id! }, { type: "function_call_output", call_id: call.call_id, output: "sun, 25C" }],
+      tools,
+      temperature: 0
+    })
+    expect(second.output_text).toBe("It is sunny in Paris.")
+    expectChain(await callsOf(rolloutId))
+
+    const unstored = await openai.responses.create({ model: MODEL, instructions: SYSTEM, input: [question], tools, temperature: 0, store: false })
+    expect(unstored.store).toBe(false)
+    expect(await openai.responses.retrieve(unstored.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
+    const chained = await openai.responses.create({ model: MODEL, previous_response_id: unstored.id, input: "x" }).catch((e) => e)
+    expect(chained).toMatchObject({ status: 400, param: "previous_response_id" })
+    const referenced = await openai.responses.create({ model: MODEL, input: [question, { type: "item_reference", id: functionCall(unstored).id! }] }).catch((e) => e)
+    expect(referenced).toMatchObject({ status: 400, param: "input[1].id" })
+  })
+
   it("streams the semantic events in order, with sequence numbers, text and function calls", async () => {
     const { openai, rolloutId } = await client()
     const events: Array<ResponseStreamEvent> = []
@@ -180,7 +205,8 @@ describe("Responses API", () => {
       [{ n: 2 }, "n", "unsupported_value"],
       [{ input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, "input[0].content[0].type", "unsupported_value"],
       [{ tool_choice: "required", tools }, "tool_choice", "unsupported_value"],
-      [{ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].type", "unsupported_value"],
+      [{ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].id", "item_not_found"],
+      [{ input: [{ type: "computer_call_output", call_id: "c", output: {} }] }, "input[0].type", "unsupported_value"],
       [{ input: [{ type: "function_call_output", output: "x" }] }, "input[0].call_id", "missing_required_parameter"],
       [{ temperatur: 1 }, "temperatur", "unknown_parameter"],
       [{ previous_response_id: "resp_nope" }, "previous_response_id", "previous_response_not_found"]

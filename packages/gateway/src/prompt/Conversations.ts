@@ -56,7 +56,7 @@ export const turnOf = (call: LlmCall, conversation: Conversation, reply: Reply):
 
 /** The reusable turns an attempt's recorded calls left, whatever protocol each spoke. */
 export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
-  const responses = calls.some((c) => c.endpoint === "responses") ? recordedResponses(calls) : new Map()
+  const responses = calls.some((c) => c.endpoint === "responses") ? recordedResponses(calls).byId : new Map()
   return calls.flatMap((call): Array<Turn> => {
     if (call.status !== 200 || call.outputIds.length === 0) return []
     switch (call.endpoint) {

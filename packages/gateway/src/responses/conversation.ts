@@ -8,9 +8,10 @@
 import type { ChatAssistantMessage, ChatMessage, ChatTool, ChatToolCall, LlmCall } from "@reins/protocol"
 import { Either } from "effect"
 import type { Conversation } from "../calls/plan.js"
+import { type ApiError, badRequest } from "../http/errors.js"
 import type { Reply } from "../prompt/keys.js"
-import type { FunctionTool, InputItem, MessagePart, ResponsesRequest } from "./request.js"
-import { validateResponses } from "./request.js"
+import type { ConversationItem, FunctionTool, InputItem, MessagePart, ResponsesRequest } from "./request.js"
+import { asConversationItem, validateResponses } from "./request.js"
 
 const partsText = (content: string | ReadonlyArray<MessagePart>): string =>
   typeof content === "string" ? content : content.map((p) => (p.type === "refusal" ? p.refusal : p.text)).join("")
@@ -29,7 +30,7 @@ const assistantMessage = (a: Assistant): ChatAssistantMessage => ({
 })
 
 /** The input items as chat messages (assistant-side items grouped into turns). */
-export const itemsToMessages = (items: ReadonlyArray<InputItem>): Array<ChatMessage> => {
+export const itemsToMessages = (items: ReadonlyArray<ConversationItem>): Array<ChatMessage> => {
   const out: Array<ChatMessage> = []
   let turn: Assistant | null = null
   const flush = () => {
@@ -84,14 +85,33 @@ export const chatTools = (tools: ReadonlyArray<FunctionTool>): Array<ChatTool> =
     }
   }))
 
-/** The conversation of a validated request, given the conversation its `previous_response_id` names. */
-export const toConversation = (body: unknown, r: ResponsesRequest, previous: ReadonlyArray<ChatMessage>): Conversation => {
+/** The output items of an attempt's recorded responses, by item id. */
+export type ItemLookup = (id: string) => ConversationItem | undefined
+
+/** The input with every `item_reference` replaced by the output item it names. */
+export const resolveReferences = (input: ReadonlyArray<InputItem>, lookup: ItemLookup): Either.Either<Array<ConversationItem>, ApiError> => {
+  const out: Array<ConversationItem> = []
+  for (let i = 0; i < input.length; i++) {
+    const item = input[i]!
+    if (item.type !== "item_reference") {
+      out.push(item)
+      continue
+    }
+    const found = lookup(item.id)
+    if (found === undefined) return Either.left(badRequest(`Item with id '${item.id}' not found in this attempt's stored responses.`, `input[${i}].id`, "item_not_found"))
+    out.push(found)
+  }
+  return Either.right(out)
+}
+
+/** The conversation of a validated request (references resolved), given the conversation its `previous_response_id` names. */
+export const toConversation = (body: unknown, r: ResponsesRequest, items: ReadonlyArray<ConversationItem>, previous: ReadonlyArray<ChatMessage>): Conversation => {
   const system: Array<ChatMessage> = r.instructions != null && r.instructions !== "" ? [{ role: "system", content: r.instructions }] : []
   const tools = chatTools(r.tools)
   return {
     request: body,
     model: r.model,
-    messages: [...system, ...previous, ...itemsToMessages(r.input)],
+    messages: [...system, ...previous, ...itemsToMessages(items)],
     tools: tools.length > 0 ? tools : undefined,
     parseTools: tools.length > 0 && r.tool_choice !== "none",
     templateKwargs: r.chat_template_kwargs ?? undefined,
@@ -146,8 +166,10 @@ export interface RecordedResponse {
  * call's `previous_response_id` is resolved from the calls before it (what the store keeps per
  * attempt). Calls that cannot be decoded any more are skipped.
  */
-export const recordedResponses = (calls: ReadonlyArray<LlmCall>): Map<string, RecordedResponse> => {
+export const recordedResponses = (calls: ReadonlyArray<LlmCall>): RecordedResponses => {
   const byId = new Map<string, RecordedResponse>()
+  const items = new Map<string, ConversationItem>()
+  const lookup: ItemLookup = (id) => items.get(id)
   for (const call of calls) {
     if (call.endpoint !== "responses" || call.status !== 200) continue
     const response = call.response as Json | null
@@ -155,11 +177,24 @@ export const recordedResponses = (calls: ReadonlyArray<LlmCall>): Map<string, Re
     if (response === null || typeof response.id !== "string" || Either.isLeft(r)) continue
     const previousId = r.right.previous_response_id ?? null
     const previous = previousId === null ? undefined : byId.get(previousId)
-    if (previousId !== null && previous === undefined) continue
+    const input = resolveReferences(r.right.input, lookup)
+    if ((previousId !== null && previous === undefined) || Either.isLeft(input)) continue
     const reply = replyOfResponse(response)
-    byId.set(response.id, { id: response.id, conversation: toConversation(call.request, r.right, historyOf(previous)), reply, stored: r.right.store !== false })
+    const stored = r.right.store !== false
+    byId.set(response.id, { id: response.id, conversation: toConversation(call.request, r.right, input.right, historyOf(previous)), reply, stored })
+    if (!stored) continue
+    for (const out of (response.output ?? []) as ReadonlyArray<Json>) {
+      const item = typeof out?.id === "string" ? asConversationItem(out) : null
+      if (item !== null) items.set(out.id, item)
+    }
   }
-  return byId
+  return { byId, lookup }
+}
+
+/** An attempt's stored responses by response id, and their output items by item id. */
+export interface RecordedResponses {
+  readonly byId: ReadonlyMap<string, RecordedResponse>
+  readonly lookup: ItemLookup
 }
 
 /** The messages a response continues from: its conversation without the instructions, then its reply. */

@@ -54,18 +54,35 @@ export const ReasoningItem = Schema.Struct({
   encrypted_content: Schema.optional(Schema.NullOr(Schema.String))
 })
 
-export type InputItem =
+/** An earlier output item of this attempt, by id (clients that rely on stored responses send these). */
+export const ItemReference = Schema.Struct({ type: Schema.Literal("item_reference"), id: Schema.String })
+export type ItemReference = typeof ItemReference.Type
+
+/** An item the conversation is made of (references resolved). */
+export type ConversationItem =
   | typeof MessageItem.Type
   | typeof FunctionCallItem.Type
   | typeof FunctionCallOutputItem.Type
   | typeof ReasoningItem.Type
 
+export type InputItem = ConversationItem | ItemReference
+
 const itemSchemas = {
   message: MessageItem,
   function_call: FunctionCallItem,
   function_call_output: FunctionCallOutputItem,
-  reasoning: ReasoningItem
+  reasoning: ReasoningItem,
+  item_reference: ItemReference
 } as const
+
+/** An output item of a recorded response as the item a client would send back (null: not one). */
+export const asConversationItem = (item: unknown): ConversationItem | null => {
+  const type = (item as { type?: unknown } | null)?.type
+  const schema = typeof type === "string" && type !== "item_reference" ? itemSchemas[type as keyof typeof itemSchemas] : undefined
+  if (schema === undefined) return null
+  const decoded = decode(schema as Schema.Schema<ConversationItem, unknown>, item)
+  return Either.isRight(decoded) ? decoded.right : null
+}
 
 export const FunctionTool = Schema.Struct({
   type: Schema.Literal("function"),
@@ -129,7 +146,7 @@ const decodeInput = (input: string | ReadonlyArray<unknown> | undefined): Either
     const type = (item as { type?: unknown }).type ?? ((item as { role?: unknown }).role !== undefined ? "message" : undefined)
     const schema = typeof type === "string" ? itemSchemas[type as keyof typeof itemSchemas] : undefined
     if (schema === undefined) {
-      return Either.left(unsupported(`Input items of type ${JSON.stringify(type ?? null)} are not supported; use message, function_call, function_call_output or reasoning.`, `${at}.type`))
+      return Either.left(unsupported(`Input items of type ${JSON.stringify(type ?? null)} are not supported; use message, function_call, function_call_output, reasoning or item_reference.`, `${at}.type`))
     }
     const content = (item as { content?: unknown }).content
     if (type === "message" && Array.isArray(content)) {

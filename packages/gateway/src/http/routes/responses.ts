@@ -14,9 +14,9 @@ import { type CallContext, recordError } from "../../calls/env.js"
 import { planConversation } from "../../calls/plan.js"
 import { relay } from "../../calls/relay.js"
 import { relayedResponses } from "../../responses/relayed.js"
-import { historyOf, recordedResponses, toConversation } from "../../responses/conversation.js"
+import { historyOf, type RecordedResponses, recordedResponses, resolveReferences, toConversation } from "../../responses/conversation.js"
 import { responseId, responsesEncoder } from "../../responses/encoder.js"
-import { validateResponses } from "../../responses/request.js"
+import { type ConversationItem, type ResponsesRequest, validateResponses } from "../../responses/request.js"
 import { readJsonText } from "../body.js"
 import { type ApiError, badRequest, internal, notFound } from "../errors.js"
 import type { AppEnv } from "./env.js"
@@ -24,14 +24,20 @@ import type { AppEnv } from "./env.js"
 const previousNotFound = (id: string) =>
   badRequest(`Previous response with id '${id}' not found (it belongs to another attempt, was not stored, or failed).`, "previous_response_id", "previous_response_not_found")
 
-/** The conversation a `previous_response_id` continues, from this attempt's recorded calls. */
-const previousConversation = (env: AppEnv, attemptId: string, id: string | null | undefined): Effect.Effect<ReadonlyArray<ChatMessage>, ApiError> => {
-  if (id == null) return Effect.succeed([])
-  return env.store.calls(attemptId).pipe(
-    Effect.mapError((e) => internal(`the store failed: ${e.message}`)),
-    Effect.flatMap((calls) => {
-      const previous = recordedResponses(calls).get(id)
-      return previous === undefined || !previous.stored ? Effect.fail(previousNotFound(id)) : Effect.succeed(historyOf(previous))
+/**
+ * What the request continues from this attempt's recorded calls: the conversation its
+ * `previous_response_id` names, and its `item_reference`s resolved. The calls are read only when
+ * the request refers to any.
+ */
+const continued = (env: AppEnv, attemptId: string, r: ResponsesRequest): Effect.Effect<{ items: Array<ConversationItem>; previous: ReadonlyArray<ChatMessage> }, ApiError> => {
+  const id = r.previous_response_id ?? null
+  const refers = id !== null || r.input.some((i) => i.type === "item_reference")
+  const none = { byId: new Map(), lookup: () => undefined } satisfies RecordedResponses
+  return (refers ? env.store.calls(attemptId).pipe(Effect.map(recordedResponses), Effect.mapError((e) => internal(`the store failed: ${e.message}`))) : Effect.succeed(none)).pipe(
+    Effect.flatMap((recorded: RecordedResponses) => {
+      const previous = id === null ? undefined : recorded.byId.get(id)
+      if (id !== null && (previous === undefined || !previous.stored)) return Effect.fail(previousNotFound(id))
+      return Effect.map(resolveReferences(r.input, recorded.lookup), (items) => ({ items, previous: historyOf(previous) }))
     })
   )
 }
@@ -55,9 +61,9 @@ export const createResponse = (env: AppEnv) =>
       return yield* relay(env, ctx, backend.upstream, relayedResponses, body as Record<string, unknown>, text, {})
     }
     const r = yield* validateResponses(body).pipe(Effect.tapError(refuse))
-    const previous = yield* previousConversation(env, attempt.id, r.previous_response_id).pipe(Effect.tapError(refuse))
+    const { items, previous } = yield* continued(env, attempt.id, r).pipe(Effect.tapError(refuse))
     const info = yield* backend.generator.info
-    const plan = yield* planConversation(toConversation(body, r, previous), info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id)).pipe(
+    const plan = yield* planConversation(toConversation(body, r, items, previous), info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id)).pipe(
       Effect.tapError(refuse)
     )
     return yield* serve(env, ctx, plan, backend, () =>
@@ -82,7 +88,7 @@ export const getResponse = (env: AppEnv) =>
     const attempt = yield* attemptOfKey(env.store, request.headers)
     const id = decodeURIComponent(new URL(request.url, "http://x").pathname.replace(/^\/v1\/responses\//, ""))
     const calls = yield* env.store.calls(attempt.id).pipe(Effect.mapError((e) => internal(`the store failed: ${e.message}`)))
-    const found = recordedResponses(calls).get(id)
+    const found = recordedResponses(calls).byId.get(id)
     if (found === undefined || !found.stored) return yield* Effect.fail(notFound(`No response with id '${id}' in this attempt.`, "response_not_found"))
     const call = calls.find((c) => c.endpoint === "responses" && (c.response as { id?: unknown } | null)?.id === id)!
     return HttpServerResponse.unsafeJson(call.response)
