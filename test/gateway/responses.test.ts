@@ -146,7 +146,7 @@ describe("Responses API", () => {
     expectChain(await callsOf(rolloutId))
 
     const unstored = await openai.responses.create({ model: MODEL, instructions: SYSTEM, input: [question], tools, temperature: 0, store: false })
-    expect(unstored.store).toBe(false)
+    expect((unstored as { store?: boolean }).store).toBe(false)
     expect(await openai.responses.retrieve(unstored.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
     const chained = await openai.responses.create({ model: MODEL, previous_response_id: unstored.id, input: "x" }).catch((e) => e)
     expect(chained).toMatchObject({ status: 400, param: "previous_response_id" })
