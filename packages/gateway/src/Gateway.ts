@@ -1,10 +1,10 @@
 /**
- * The Gateway: store + pause gate + metrics + the OpenAI/admin HTTP app, over a backend (the
- * policy engine, or an upstream server). `Gateway.layer` builds it; `Gateway.serve` listens.
+ * The Gateway: store + pause gate + metrics + the HTTP app (OpenAI chat and Responses, Anthropic
+ * Messages, admin), over a backend (the policy engine, or an upstream server). `Gateway.layer` builds it; `Gateway.serve` listens.
  *
  *   Gateway.layer({ dataDir })            needs GatewayBackend
  *   engineBackend(format)                 GatewayBackend from a Generator (+ tokenizer & template)
- *   upstreamBackend({ url })              GatewayBackend that proxies to an OpenAI-compatible server
+ *   upstreamBackend({ url })              GatewayBackend that proxies to a server speaking the same protocols
  *   Gateway.serve({ host, port })         the HTTP server (needs Gateway)
  *   actorLayer                            the `gateway` actor (GatewayRpcs: Pause/Resume/State) on the node's actor system
  */
@@ -58,7 +58,7 @@ export interface GatewayService {
   readonly state: Effect.Effect<GatewayState>
   /** The weights were swapped without a pause (split schedule): serve and record the new version. */
   readonly swapped: Effect.Effect<GatewayState>
-  /** The HTTP app (OpenAI routes, admin routes, health, metrics). */
+  /** The HTTP app (OpenAI and Anthropic routes, admin routes, health, metrics). */
   readonly app: HttpApp.Default
   readonly adminToken: string
   readonly store: StoreService

@@ -1,6 +1,6 @@
 /**
- * @reins/gateway — the OpenAI-compatible Gateway: attempt keys, exact-token recording, the
- * pause gate, the store. See Gateway.ts for how the pieces are assembled.
+ * @reins/gateway — the Gateway harnesses talk to as OpenAI (chat, Responses) or Anthropic
+ * (Messages): attempt keys, exact-token recording, the pause gate, the store. See Gateway.ts for how the pieces are assembled.
  */
 export * as Gateway from "./Gateway.js"
 export { Generator, GenerateError, type GeneratorService, type ModelInfo } from "./generator/Generator.js"
