@@ -4,7 +4,7 @@
  * the process having seen the earlier calls.
  */
 import type { ChatMessage, LlmCall } from "@reins/protocol"
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import { replyOfMessage, toConversation as messagesConversation } from "../anthropic/conversation.js"
 import { validateMessages } from "../anthropic/request.js"
 import type { Conversation } from "../calls/plan.js"
@@ -68,7 +68,7 @@ export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
       }
       case "messages": {
         const r = validateMessages(call.request)
-        return r._tag === "Left" || call.response === null ? [] : [turnOf(call, messagesConversation(call.request, r.right), replyOfMessage(call.response as Record<string, unknown>))]
+        return Either.isLeft(r) || call.response === null ? [] : [turnOf(call, messagesConversation(call.request, r.right), replyOfMessage(call.response as Record<string, unknown>))]
       }
       default:
         return []
