@@ -98,6 +98,8 @@ describe("Kubernetes Job launcher", () => {
         AGENT_MODE: "eval",
         OPENAI_BASE_URL: "http://gateway.reins.svc:8080/v1",
         OPENAI_API_KEY: s.attemptKey,
+        ANTHROPIC_BASE_URL: "http://gateway.reins.svc:8080",
+        ANTHROPIC_API_KEY: s.attemptKey,
         REINS_TASK: JSON.stringify({ repo: "x/y", issue: 7 }),
         REINS_TASK_FILE: TASK_FILE_IN_POD,
         REINS_TASK_ID: "t-7",

@@ -190,14 +190,14 @@ describe("harness specs and attempt environments", () => {
       expect(k8s.message).toMatch(/kubernetes\.image/)
     }))
 
-  it("attempt variables win over the spec's env; the node's OPENAI_*/REINS_* never leak", () => {
+  it("attempt variables win over the spec's env; the node's OPENAI_*/ANTHROPIC_*/REINS_* never leak", () => {
     const env = attemptEnv({
       spec: new HarnessSpec({ command: ["x"], env: { OPENAI_BASE_URL: "https://api.openai.com/v1", MODE: "fast" } }),
       identity: { rolloutId: "r1", attemptId: "a1", attemptKey: "sk-attempt" },
       task: new Task({ id: "t1", input: { q: "hi" } }),
       endpoints: { openaiBaseUrl: "http://127.0.0.1:8080/v1", rewardUrl: "http://admin:9000/v1/reward" },
       taskFile: "/data/attempts/a1/task.json",
-      base: { PATH: "/usr/bin", OPENAI_ORG_ID: "org-dev", REINS_SECRET: "s", HOME: "/home/u" }
+      base: { PATH: "/usr/bin", OPENAI_ORG_ID: "org-dev", ANTHROPIC_API_KEY: "sk-ant-dev", REINS_SECRET: "s", HOME: "/home/u" }
     })
     expect(env).toEqual({
       PATH: "/usr/bin",
@@ -205,6 +205,9 @@ describe("harness specs and attempt environments", () => {
       MODE: "fast",
       OPENAI_BASE_URL: "http://127.0.0.1:8080/v1",
       OPENAI_API_KEY: "sk-attempt",
+      // The Anthropic SDK appends /v1/messages itself: its base URL is the origin.
+      ANTHROPIC_BASE_URL: "http://127.0.0.1:8080",
+      ANTHROPIC_API_KEY: "sk-attempt",
       REINS_TASK: `{"q":"hi"}`,
       REINS_TASK_FILE: "/data/attempts/a1/task.json",
       REINS_TASK_ID: "t1",

@@ -1,11 +1,14 @@
 /**
  * The environment of one attempt. The harness is the agent as deployed: it only needs an
- * OpenAI-compatible endpoint and key, so those come as the standard `OPENAI_BASE_URL` /
- * `OPENAI_API_KEY`; everything reins-specific is `REINS_*`.
+ * endpoint and key of the API it speaks, so those come as the standard variables of both SDKs —
+ * `OPENAI_BASE_URL` / `OPENAI_API_KEY` (chat completions, Responses) and `ANTHROPIC_BASE_URL` /
+ * `ANTHROPIC_API_KEY` (Messages; the SDK appends `/v1/messages`, so its URL is the Gateway's origin
+ * without `/v1`); everything reins-specific is `REINS_*`.
  *
  * Order of precedence (last wins): the node's environment (local launcher, `inherit_env`, minus
- * its `OPENAI_*`/`REINS_*` variables), the spec's `env`, the attempt variables. The attempt variables always win: a spec that sets
- * `OPENAI_API_KEY` would otherwise send calls to the wrong rollout.
+ * its `OPENAI_*`/`ANTHROPIC_*`/`REINS_*` variables), the spec's `env`, the attempt variables. The
+ * attempt variables always win: a spec that sets `OPENAI_API_KEY` would otherwise send calls to
+ * the wrong rollout.
  */
 import type { HarnessSpec, Task } from "@reins/protocol"
 
@@ -23,6 +26,9 @@ export interface AttemptIdentity {
   readonly attemptKey: string
 }
 
+/** The Anthropic SDK's base URL for the Gateway: the `/v1` URL without its `/v1`. */
+export const anthropicBaseUrlOf = (endpoints: AttemptEndpoints): string => endpoints.openaiBaseUrl.replace(/\/+$/, "").replace(/\/v1$/, "")
+
 export const rewardUrlOf = (endpoints: AttemptEndpoints): string =>
   endpoints.rewardUrl ?? `${endpoints.openaiBaseUrl.replace(/\/+$/, "")}/reward`
 
@@ -39,6 +45,8 @@ export const attemptVariables = (p: {
 }): Record<string, string> => ({
   OPENAI_BASE_URL: p.endpoints.openaiBaseUrl,
   OPENAI_API_KEY: p.identity.attemptKey,
+  ANTHROPIC_BASE_URL: anthropicBaseUrlOf(p.endpoints),
+  ANTHROPIC_API_KEY: p.identity.attemptKey,
   REINS_TASK: taskInputJson(p.task),
   REINS_TASK_FILE: p.taskFile,
   REINS_TASK_ID: p.task.id,
@@ -59,10 +67,10 @@ export const attemptEnv = (p: {
 }): Record<string, string> => {
   const env: Record<string, string> = {}
   if (p.spec.inherit_env) {
-    // The node's own OPENAI_*/REINS_* settings (a developer's real key, org or project) must
-    // not leak into an attempt: they would change where or as whom the harness calls.
+    // The node's own OPENAI_*/ANTHROPIC_*/REINS_* settings (a developer's real key, org or
+    // project) must not leak into an attempt: they would change where or as whom the harness calls.
     for (const [k, v] of Object.entries(p.base ?? process.env)) {
-      if (v !== undefined && !/^(OPENAI|REINS)_/.test(k)) env[k] = v
+      if (v !== undefined && !/^(OPENAI|ANTHROPIC|REINS)_/.test(k)) env[k] = v
     }
   }
   return Object.assign(env, p.spec.env, attemptVariables(p))
