@@ -3,8 +3,10 @@
  * shapes and vocabulary (bench/policy/archs.ts) with random weights, measured through the
  * production code, each figure as a fraction of this machine's bound measured in the same run:
  *
- *   load           config.json + model.safetensors (F32) written, then `loadModel` (read,
- *                  transpose, upload); bound: reading the file's bytes (page cache warm)
+ *   load           config.json + model.safetensors (F32) written, then `loadModel` (one read of
+ *                  the file, checksummed on the way, each tensor transposed straight into the
+ *                  wasm heap); bound: the file's bytes read once (page cache warm) into fresh
+ *                  memory (its first touch)
  *   prefill        one prompt through the engine, to its first token; bound: the matmul rate at
  *                  the model's shapes over the prompt's rows (FLOPs: `forwardFlops` with causal
  *                  attention, the head over the last row only, as the engine computes it)
@@ -12,8 +14,10 @@
  *                  and the KV cache)
  *   decode, 16     16 sequences at once (continuous batching); bound: the matmul rate over 16
  *                  rows / `forwardFlops` per token
- *   LoRA train     `attachLora` (rank 8 on q, k, v, o, gate, up, down), `trainStep` with AdamW;
- *                  bound: the matmul rate over the step's rows / (3 × forward FLOPs per token)
+ *   LoRA train     `attachLora` (rank 8 on q, k, v, o, gate, up, down), `trainStep` with AdamW
+ *                  over one micro-batch of rows of 256 tokens; bound: the matmul rate over the
+ *                  step's rows / the step's FLOPs per token (`loraTrainFlops`: what training
+ *                  with frozen base weights computes — 2 × forward, not 3)
  *   llama.cpp      the anchor: the same weights as an F32 GGUF file, decoded by node-llama-cpp
  *                  (CPU), at each thread count; same bandwidth bound as decode, 1
  *
@@ -31,6 +35,7 @@ import {
   initBackend,
   loadModel,
   LoraConfig,
+  loraSites,
   makeEngine,
   memoryNeed,
   type ModelConfig,
@@ -55,8 +60,8 @@ import { llamaFamilyGguf } from "./llamaGguf.js"
 import { type Bandwidth, engineRun, fileReadGbps, firstTouchGbps, measureTrain, memoryBandwidth, modelMatmulRate } from "./measure.js"
 
 const SETTINGS = {
-  full: { context: 1024, prefill: 512, prompt: 16, decode1: 64, decode16: 32, trainRows: 2, trainSeq: 256, trainSteps: 3, reps: 2, matmulReps: 5, bandwidthMib: 512, anchorTokens: 64 },
-  quick: { context: 256, prefill: 32, prompt: 8, decode1: 8, decode16: 4, trainRows: 1, trainSeq: 32, trainSteps: 1, reps: 1, matmulReps: 2, bandwidthMib: 128, anchorTokens: 8 }
+  full: { context: 1024, prefill: 512, prompt: 16, decode1: 64, decode16: 32, trainRows: 4, trainSeq: 256, trainSteps: 2, reps: 2, matmulReps: 5, bandwidthMib: 512, anchorTokens: 64 },
+  quick: { context: 256, prefill: 32, prompt: 8, decode1: 8, decode16: 4, trainRows: 1, trainSeq: 256, trainSteps: 1, reps: 1, matmulReps: 2, bandwidthMib: 128, anchorTokens: 8 }
 }
 type Settings = (typeof SETTINGS)["full"]
 const BATCH = 16
@@ -77,6 +82,19 @@ const weightBytes = (c: ModelConfig) => 4 * (parameterCount(c) - (c.tieEmbedding
 const kvBytes = (c: ModelConfig, ctx: number) => 4 * 2 * c.nLayers * c.kvDim * ctx
 /** Decode tok/s that `gbps` allows for `batch` sequences at context `ctx` (one read of the weights per step). */
 const bandwidthBound = (c: ModelConfig, gbps: number, batch: number, ctx: number) => (batch * gbps * 1e9) / (weightBytes(c) + batch * kvBytes(c, ctx))
+
+/**
+ * FLOPs of a LoRA training step, counting what it needs with the base weights frozen: the
+ * forward pass; the input gradient of every dense product and of the head (as much again — no
+ * weight gradient is computed for a frozen weight); attention's backward (four products to the
+ * forward's two: one forward's attention more); the adapters' forward and their two gradients
+ * (3 × their forward FLOPs).
+ */
+const loraTrainFlops = (c: ModelConfig, tokens: number, seqLen: number) => {
+  const attention = 2 * tokens * c.nLayers * 2 * seqLen * c.qDim
+  const adapters = 2 * tokens * loraSites(c, LORA).reduce((n, site) => n + LORA.rank * (site.rows + site.cols), 0)
+  return 2 * forwardFlops(c, tokens, seqLen) + attention + 3 * adapters
+}
 
 /** Prefill FLOPs as the engine computes them: causal attention (mean (P+1)/2 keys), the head over the last row. */
 const prefillFlops = (c: ModelConfig, p: number) => forwardFlops(c, p, (p + 1) / 2) - 2 * (p - 1) * c.dModel * c.vocabSize
@@ -239,7 +257,7 @@ const report = (r: {
     row("prefill", `prefill, ${s.prefill}-token prompt`, "tok/s", wasm?.gen.prefillTokPerS, (wasm?.rates.prefill.gflops ?? NaN) * 1e9 / (prefillFlops(c, s.prefill) / s.prefill)),
     row("decode ×1", "decode, 1 sequence", "tok/s", wasm?.gen.decode1, bandwidthBound(c, gbps, 1, ctx1)),
     row(`decode ×${BATCH}`, `decode, ${BATCH} sequences`, "tok/s", wasm?.gen.decode16, (wasm?.rates.batch.gflops ?? NaN) * 1e9 / forwardFlops(c, 1, ctx16)),
-    row("LoRA train", `LoRA train step, ${s.trainRows}×${s.trainSeq} tokens`, "tok/s", wasm === undefined ? undefined : trainTokens / wasm.train.seconds, (wasm?.rates.train.gflops ?? NaN) * 1e9 / (3 * forwardFlops(c, trainTokens, s.trainSeq) / trainTokens)),
+    row("LoRA train", `LoRA train step, ${s.trainRows}×${s.trainSeq} tokens`, "tok/s", wasm === undefined ? undefined : trainTokens / wasm.train.seconds, (wasm?.rates.train.gflops ?? NaN) * 1e9 / (loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens)),
     ...anchor.runs.map((a) => row(`llama.cpp ×1, ${a.threads}t`, `llama.cpp decode, 1 sequence, ${a.threads} thread(s)`, "tok/s", a.decodeTokPerS, bandwidthBound(c, gbps, 1, ctxAnchor), false))
   ]
   const cell = (v: number) => (Number.isFinite(v) ? v : "—")
@@ -277,7 +295,7 @@ const report = (r: {
       ...(r.misfit === undefined ? [] : [`Not run on wasm — the production check says: ${r.misfit}.`]),
       `Bounds, measured in this run: read bandwidth ${gbps.toFixed(1)} GB/s (the best of ${Object.entries(r.bandwidth.probes).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(", ")})${wasm === undefined ? "" : `; file read ${wasm.readGbps.toFixed(1)} GB/s into touched memory and first touch of fresh memory ${wasm.touchGbps.toFixed(2)} GB/s (the load bound: the file's bytes read once into fresh memory); tfjs matmul at the model's shapes ${wasm.rates.prefill.gflops.toFixed(1)} GFLOP/s (prefill rows), ${wasm.rates.batch.gflops.toFixed(1)} (${BATCH} rows), ${wasm.rates.train.gflops.toFixed(1)} (training rows)`}.`,
       `Decode bound, 1 sequence: bandwidth / ${((weightBytes(c) + kvBytes(c, ctx1)) / 1e6).toFixed(0)} MB read per token (the F32 weights, and the KV cache at mean context ${ctx1}). Decode bound, ${BATCH} sequences: matmul rate / forwardFlops per token; bandwidth alone would allow ${bandwidthBound(c, gbps, BATCH, ctx16).toFixed(0)} tok/s.`,
-      ...(wasm === undefined ? [] : [`LoRA train FLOPs are counted as 3 × forward (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections); with frozen base weights their gradients are not computed, so the work done is nearer 2 × forward and the fraction reads high by up to 1.5×.`,
+      ...(wasm === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): one micro-batch of ${s.trainRows} row(s) × ${s.trainSeq} tokens, median of ${s.trainSteps} step(s) after a warm-up; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`,
       `Engine: ${s.prompt}-token prompts, ${s.decode1} (1 sequence) and ${s.decode16} (${BATCH} sequences) sampled tokens, best of ${s.reps} after a warm-up run; decode tok/s counts the tokens after every sequence's first, over the time after it.`]),
       `llama.cpp: node-llama-cpp ${anchor.version} (llama.cpp release ${anchor.llamaCppRelease}, prebuilt CPU binary, gpu: false), the same weights as an F32 GGUF file (${(r.ggufBytes / 1e9).toFixed(2)} GB), loaded in ${anchor.loadS.toFixed(2)} s; ${s.prompt}-token prompt, ${s.anchorTokens} greedy tokens, best of ${s.reps} after a warm-up; prefill ${anchor.runs.map((a) => `${a.prefillTokPerS.toFixed(0)} tok/s at ${a.threads} thread(s)`).join(", ")}.${wasm === undefined ? "" : ` reins decode (1 sequence) / best llama.cpp: ${(wasm.gen.decode1 / anchorBest).toFixed(2)}.`}`,
       `The machine: load average ${r.loadBefore[0]!.toFixed(1)} before and ${os.loadavg()[0]!.toFixed(1)} after, ${os.cpus().length} cores.${r.options.quick ? " QUICK RUN: tiny token counts, a smoke check, not a measurement." : ""}`

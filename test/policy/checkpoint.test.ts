@@ -6,20 +6,25 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
   AdamW,
+  bf16ToF32,
   ChatTemplate,
   CheckpointError,
   decodeSafetensors,
+  encodeHfWeights,
   encodeSafetensors,
   ensureModelDir,
+  f32ToBf16,
   GenerationConfig,
   initModelDir,
   loadModel,
   loadModelDir,
   loadOptimizerState,
+  SafetensorsReader,
   saveModel,
   saveOptimizerState,
   Transformer
 } from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
 import { Effect, Exit } from "effect"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -78,6 +83,75 @@ describe("safetensors", () => {
     const extra = new Uint8Array(bytes.length + 4)
     extra.set(bytes)
     expect(() => decodeSafetensors(extra)).toThrow(/after the last tensor/)
+  })
+})
+
+describe("reading a file once", () => {
+  it("scan: every tensor once, in file order, in whole rows, checksummed on the way", async () => {
+    // 1100 rows of 1024 floats: 4.5 MB, more than one read.
+    const big = Float32Array.from({ length: 1100 * 1024 }, (_, i) => Math.sin(i))
+    const small = Uint16Array.from([1, 2, 3, 4, 5])
+    const bytes = encodeSafetensors({ big: { dtype: "F32", shape: [1100, 1024], data: big }, a: { dtype: "BF16", shape: [5], data: small } })
+    const file = join(tmp, "scan.safetensors")
+    writeFileSync(file, bytes)
+    const reader = await SafetensorsReader.open(file)
+    const seen: Array<string> = []
+    const back = new Float32Array(big.length)
+    try {
+      await reader.scan((name) => name === "big", (name, tensor, chunk, first) => {
+        seen.push(name)
+        expect(tensor.shape).toEqual([1100, 1024])
+        expect(chunk.length % (1024 * 4)).toBe(0)
+        back.set(new Float32Array(chunk.buffer, chunk.byteOffset, chunk.length / 4), first)
+      })
+    } finally {
+      await reader.close()
+    }
+    expect(seen.length).toBeGreaterThan(1)
+    expect(sameBits(back, big)).toBe(true)
+    // A flipped bit of a tensor nobody asked for still fails the checksum: every byte is read.
+    const flipped = Buffer.from(bytes)
+    flipped[flipped.length - 1]! ^= 1 // inside "big" (name order: a, then big)
+    writeFileSync(file, flipped)
+    const bad = await SafetensorsReader.open(file)
+    try {
+      await expect(bad.scan(() => false, () => {})).rejects.toThrow(/checksum/)
+    } finally {
+      await bad.close()
+    }
+  })
+
+  it("weights larger than a read chunk load bit-exact into arrays and into the backend, F32 and BF16", async () => {
+    // An untied 20k-vocabulary head of width 64 is 5 MB: read in two chunks, each transposed into place.
+    const tok = tinyTokenizer()
+    const config = tinyConfig(20000, { dModel: 64, tieEmbeddings: false, nLayers: 1 })
+    const model = Transformer.init(config, 2)
+    const dir = join(tmp, "large")
+    await Effect.runPromise(saveModel(dir, model, tok))
+    const weights = model.readWeights()
+    model.dispose()
+    const asBf16 = Object.fromEntries(Object.entries(weights).map(([n, w]) => [n, bf16ToF32(f32ToBf16(w))]))
+    for (const [dtype, want] of [["float32", weights], ["bfloat16", asBf16]] as const) {
+      if (dtype === "bfloat16") writeFileSync(join(dir, "model.safetensors"), encodeHfWeights(config, weights, "bfloat16", { version: "0" }))
+      const arrays = (await Effect.runPromise(loadModelDir(dir))).weights
+      const tensorsBefore = tf.memory().numTensors
+      const loaded = await Effect.runPromise(loadModel(dir))
+      const onBackend = loaded.model.readWeights()
+      loaded.model.dispose()
+      expect(tf.memory().numTensors).toBe(tensorsBefore)
+      for (const name of Object.keys(want)) {
+        expect(sameBits(arrays[name]!, want[name]!), `${dtype} ${name}`).toBe(true)
+        expect(sameBits(onBackend[name]!, want[name]!), `${dtype} ${name} on the backend`).toBe(true)
+      }
+    }
+    // A corrupt file fails before a model exists, and leaves no tensor behind.
+    const good = readFileSync(join(dir, "model.safetensors"))
+    const flipped = Buffer.from(good)
+    flipped[flipped.length - 3]! ^= 4
+    writeFileSync(join(dir, "model.safetensors"), flipped)
+    const tensorsBefore = tf.memory().numTensors
+    expect((await failure(loadModel(dir))).message).toMatch(/checksum/)
+    expect(tf.memory().numTensors).toBe(tensorsBefore)
   })
 })
 

@@ -174,13 +174,17 @@ describe("gradients of the Llama family's pieces", () => {
     const qwen3 = (await loadCase(QWEN3, "grads-qwen3")).model
     const llama = (await loadCase(LLAMA, "grads-llama")).model
     try {
-      check(qwen3, ["layers.0.attn.q_norm.weight", "layers.1.attn.k_norm.weight", "layers.0.attn.wv"])
-      check(llama, ["layers.0.attn.bk", "layers.1.attn.bo", "layers.0.attn.wk", "layers.1.attn.bq"])
-      const lora = new LoraConfig({ rank: 2, alpha: 4, targets: ["k_proj", "up_proj"] })
-      const adapters = initAdapters(llama.config, lora, 5)
-      for (const [n, v] of Object.entries(adapters)) if (n.endsWith(".lora_B")) v.fill(0.03)
-      llama.attachLora(lora, adapters)
-      check(llama, ["layers.0.mlp.w3.lora_A", "layers.1.attn.wk.lora_B"])
+      // Qwen3's head is tied (the embedding's gradient comes from the lookup and the head), Llama's is not.
+      check(qwen3, ["layers.0.attn.q_norm.weight", "layers.1.attn.k_norm.weight", "layers.0.attn.wv", "tok_embeddings.weight"])
+      check(llama, ["layers.0.attn.bk", "layers.1.attn.bo", "layers.0.attn.wk", "layers.1.attn.bq", "lm_head.weight"])
+      // With adapters the base is frozen: its products compute input gradients only.
+      const lora = new LoraConfig({ rank: 2, alpha: 4, targets: ["k_proj", "up_proj", "down_proj"] })
+      for (const model of [llama, qwen3]) {
+        const adapters = initAdapters(model.config, lora, 5)
+        for (const [n, v] of Object.entries(adapters)) if (n.endsWith(".lora_B")) v.fill(0.03)
+        model.attachLora(lora, adapters)
+        check(model, ["layers.0.mlp.w3.lora_A", "layers.1.attn.wk.lora_B", "layers.0.mlp.w2.lora_A"])
+      }
     } finally {
       qwen3.dispose()
       llama.dispose()

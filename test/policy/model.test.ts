@@ -73,15 +73,15 @@ describe("packed rows", () => {
 })
 
 describe("wasm kernels match plain tfjs", () => {
-  it("rank-2 attention: same output and gradients as batched-matmul attention, over packed segments", () => {
+  it.each([2, 1])("rank-2 attention: same output and gradients as batched-matmul attention, over packed segments (%i kv heads of 2)", (KV) => {
     const B = 2
     const T = 8
     const H = 2
     const hd = 4
     const segments = Int32Array.from([0, 0, 0, 1, 1, 1, 1, -1, 0, 0, 0, 0, 0, 0, 0, 0])
     const positions = Int32Array.from([0, 1, 2, 0, 1, 2, 3, 0, 0, 1, 2, 3, 4, 5, 6, 7])
-    const layout = { rows: B, seqLen: T, heads: H, headDim: hd, positions, segStart: segmentStarts(B, T, segments), rope: ropeTable(16, hd, 10000), training: true }
-    const [q, k, v, w] = [1, 2, 3, 4].map((s) => tf.randomNormal([B * T, H * hd], 0, 1, "float32", s) as tf.Tensor2D) as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D]
+    const layout = { rows: B, seqLen: T, heads: H, kvHeads: KV, headDim: hd, positions, segStart: segmentStarts(B, T, segments), rope: ropeTable(16, hd, 10000), training: true }
+    const [q, k, v, w] = [1, 2, 3, 4].map((s) => tf.randomNormal([B * T, (s === 2 || s === 3 ? KV : H) * hd], 0, 1, "float32", s) as tf.Tensor2D) as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D]
     type Attn = typeof attentionReference
     const run = (f: Attn) => {
       const value = tf.tidy(() => f(q, k, v, { ...layout, training: false }))

@@ -6,10 +6,9 @@
 const f32 = new Float32Array(1)
 const u32 = new Uint32Array(f32.buffer)
 
-/** bfloat16 is the upper half of a float32. */
-export const bf16ToF32 = (bits: Uint16Array): Float32Array => {
-  const out = new Float32Array(bits.length)
-  const outBits = new Uint32Array(out.buffer)
+/** bfloat16 is the upper half of a float32. Written into `out` when given (its first bits.length values). */
+export const bf16ToF32 = (bits: Uint16Array, out: Float32Array = new Float32Array(bits.length)): Float32Array => {
+  const outBits = new Uint32Array(out.buffer, out.byteOffset, bits.length)
   for (let i = 0; i < bits.length; i++) outBits[i] = bits[i]! << 16
   return out
 }
@@ -25,8 +24,7 @@ export const f32ToBf16 = (values: Float32Array): Uint16Array => {
   return out
 }
 
-export const f16ToF32 = (bits: Uint16Array): Float32Array => {
-  const out = new Float32Array(bits.length)
+export const f16ToF32 = (bits: Uint16Array, out: Float32Array = new Float32Array(bits.length)): Float32Array => {
   for (let i = 0; i < bits.length; i++) {
     const h = bits[i]!
     const sign = h & 0x8000 ? -1 : 1
@@ -79,10 +77,17 @@ export const f32ToF16 = (values: Float32Array): Uint16Array => {
   return out
 }
 
-/** Float32 values of a tensor stored as F32, BF16 or F16. */
-export const toF32 = (dtype: string, data: Float32Array | Int32Array | Uint16Array): Float32Array => {
-  if (dtype === "F32" && data instanceof Float32Array) return data
-  if (dtype === "BF16" && data instanceof Uint16Array) return bf16ToF32(data)
-  if (dtype === "F16" && data instanceof Uint16Array) return f16ToF32(data)
+/**
+ * Float32 values of a tensor stored as F32, BF16 or F16: F32 data itself, or, with `out`,
+ * written into `out` (its first data.length values; no fresh array).
+ */
+export const toF32 = (dtype: string, data: Float32Array | Int32Array | Uint16Array, out?: Float32Array): Float32Array => {
+  if (dtype === "F32" && data instanceof Float32Array) {
+    if (out === undefined) return data
+    out.set(data)
+    return out
+  }
+  if (dtype === "BF16" && data instanceof Uint16Array) return bf16ToF32(data, out)
+  if (dtype === "F16" && data instanceof Uint16Array) return f16ToF32(data, out)
   throw new Error(`dtype ${dtype} is not a float format this loader converts (F32, BF16, F16)`)
 }

@@ -16,6 +16,7 @@
  * config.json and model.safetensors, vocabulary sizes) before anything is built, so a corrupt or
  * truncated file fails with a `CheckpointError` naming the file, never a half-loaded model.
  */
+import * as tf from "@tensorflow/tfjs"
 import { Data, Effect, Schema } from "effect"
 import { existsSync } from "node:fs"
 import * as fs from "node:fs/promises"
@@ -28,10 +29,11 @@ import { checkWeights, Transformer, type Weights } from "../model/transformer.js
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
+import { isWasm, view } from "../model/heap.js"
 import { decodeHfConfig, type HfModelConfig } from "./hf/config.js"
-import { asHfModel, hfModelFiles, isHfConfig, readHfModel, STALE_SHARD_INDEX } from "./hf/hfModel.js"
+import { asHfModel, hfModelFiles, isHfConfig, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
-import { HfWeightsError } from "./hf/weights.js"
+import { HfWeightsError, readHfParameters, readHfWeights, type WeightSink } from "./hf/weights.js"
 import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
 
 /** config.json of the format reins used before its models became Hugging Face ones. */
@@ -114,9 +116,10 @@ const write = (file: string, data: string | Uint8Array) =>
  * merged in, at the adapter's policy version.
  */
 export const loadModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
-  Effect.suspend(() =>
-    existsSync(path.join(dir, ADAPTER_CONFIG_FILE)) && !existsSync(path.join(dir, CONFIG_FILE)) ? loadAdapterDir(dir) : loadFullModelDir(dir)
-  )
+  Effect.suspend(() => (isAdapterDir(dir) ? loadAdapterDir(dir) : loadFullModelDir(dir)))
+
+/** A LoRA checkpoint: a PEFT adapter directory without config.json. */
+const isAdapterDir = (dir: string): boolean => existsSync(path.join(dir, ADAPTER_CONFIG_FILE)) && !existsSync(path.join(dir, CONFIG_FILE))
 
 /** The model's config alone (of a LoRA checkpoint: its base's), without reading any weight. */
 export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, CheckpointError> =>
@@ -146,18 +149,28 @@ const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =
     return { ...base, config: base.config.withVersion(version), weights: mergeAdapters(base.config, adapter.lora, base.weights, adapter.adapters) }
   })
 
-const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+/** A model directory whose weights are `T`s (plain arrays, or tensors already on the backend). */
+type ModelDirOf<T> = Omit<ModelDir, "weights" | "hf"> & { readonly weights: Record<string, T>; readonly hf: HfModelConfig }
+
+/**
+ * Each weight straight into a tensor in the wasm heap, its only copy: no JS array per tensor,
+ * whose first touch (page faults) costs more than reading the file on some machines. `tf.fill`,
+ * not `tf.zeros`, which builds a JS array of zeros and copies it.
+ */
+const heapSink: WeightSink<tf.Tensor> = { alloc: (_, shape) => tf.fill([...shape], 0), values: view, dispose: (t) => t.dispose() }
+
+/**
+ * Reads and checks everything but the weights first, then the weights through `sink` — last,
+ * so that nothing can fail once they are in memory.
+ */
+const loadFullModelDir = <T = Float32Array>(dir: string, sink?: WeightSink<T>): Effect.Effect<ModelDirOf<T>, CheckpointError> =>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(configFile)
     yield* requireHfConfig(configFile, json)
-    const hfModel = yield* Effect.tryPromise({
-      try: () => readHfModel(dir, json),
-      // HfWeightsError names its file; HfConfigError names the key of config.json.
-      catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
-    })
-    const { config } = hfModel.hf
-    const { weights } = hfModel
+    // HfConfigError names the key of config.json.
+    const hf = yield* Effect.try({ try: () => decodeHfConfig(json), catch: (e) => fail(configFile, reason(e), e) })
+    const { config } = hf
     const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
     if (tokenizer.vocabSize > config.vocabSize) {
       return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
@@ -168,7 +181,7 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
     const genFile = path.join(dir, GENERATION_CONFIG_FILE)
     // Hugging Face models may have none: the eos ids of config.json and the defaults then.
     const hfDefault = !existsSync(genFile)
-      ? new GenerationConfig({ eosTokenIds: [...hfModel.hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
+      ? new GenerationConfig({ eosTokenIds: [...hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
       : undefined
     const generationConfig = hfDefault ?? (yield* readJson(genFile).pipe(
       Effect.flatMap((json) =>
@@ -186,7 +199,12 @@ const loadFullModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError>
     for (const id of generationConfig.eosTokenIds) {
       if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
     }
-    return { config, weights, tokenizer, chatTemplate, generationConfig, hf: hfModel.hf }
+    const weights = yield* Effect.tryPromise({
+      try: () => (sink === undefined ? (readHfWeights(dir, config) as Promise<Record<string, T>>) : readHfParameters(dir, config, sink)),
+      // HfWeightsError names its file.
+      catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
+    })
+    return { config, weights, tokenizer, chatTemplate, generationConfig, hf }
   })
 
 /** Fails unless config.json is a Hugging Face one (the retired format is named as such). */
@@ -241,10 +259,15 @@ export const saveModel = (
     generationConfig: options.generationConfig ?? GenerationConfig.forTokenizer(tokenizer)
   })
 
-/** Loads a model directory into a live model (the tfjs backend must be initialised). */
+/**
+ * Loads a model directory into a live model (the tfjs backend must be initialised). On wasm a
+ * full model directory's weights go straight from the file into the model's tensors.
+ */
 export const loadModel = (dir: string): Effect.Effect<Omit<ModelDir, "weights"> & { readonly model: Transformer }, CheckpointError> =>
-  loadModelDir(dir).pipe(
-    Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) }))
+  Effect.suspend(() =>
+    isWasm() && !isAdapterDir(dir)
+      ? loadFullModelDir(dir, heapSink).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromTensors(rest.config, new Map(Object.entries(weights))) })))
+      : loadModelDir(dir).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) })))
   )
 
 /** Writes `optimizer.safetensors` (AdamW moments and step). */

@@ -18,7 +18,7 @@ import { endianness } from "node:os"
 export type DType = "F32" | "I32" | "BF16" | "F16"
 
 /** Bytes per element of each dtype. */
-const ELEMENT_BYTES: Record<DType, number> = { F32: 4, I32: 4, BF16: 2, F16: 2 }
+export const ELEMENT_BYTES: Record<DType, number> = { F32: 4, I32: 4, BF16: 2, F16: 2 }
 
 /** A tensor's values: BF16 and F16 as their raw 16-bit patterns (see dtype.ts to convert). */
 export interface TensorEntry {
@@ -39,6 +39,8 @@ export class SafetensorsError extends Error {
 
 const CHECKSUM = "reins.sha256"
 const MAX_HEADER = 100 * 1024 * 1024
+/** Bytes `scan` reads at a time: large enough for few reads, small enough to stay in cache while it is hashed and copied. */
+const SCAN_CHUNK = 4 << 20
 const littleEndian = endianness() === "LE"
 
 const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
@@ -164,12 +166,20 @@ const headerLength = (first8: Uint8Array, total: number): number => {
   return Number(n)
 }
 
-/** Typed values of one tensor's little-endian bytes (copied, so they are aligned and owned). */
-const typedValues = (bytes: Uint8Array, dtype: DType): TensorEntry["data"] => {
-  const copy = new Uint8Array(bytes)
-  const size = copy.length / ELEMENT_BYTES[dtype]
-  if (littleEndian) return dtype === "F32" ? new Float32Array(copy.buffer) : dtype === "I32" ? new Int32Array(copy.buffer) : new Uint16Array(copy.buffer)
-  const dv = new DataView(copy.buffer)
+/**
+ * Typed values of one tensor's little-endian bytes. `bytes` must start on an element boundary
+ * of its buffer; unless `owned`, they are copied first (they may be a window of a larger file).
+ * On a little-endian host an owned buffer is viewed, not copied: every fresh copy of a tensor
+ * costs page faults, which on some machines cost more than reading the file.
+ */
+export const typedValues = (bytes: Uint8Array, dtype: DType, owned = false): TensorEntry["data"] => {
+  const own = owned ? bytes : new Uint8Array(bytes)
+  const size = own.length / ELEMENT_BYTES[dtype]
+  if (littleEndian) {
+    const { buffer, byteOffset } = own
+    return dtype === "F32" ? new Float32Array(buffer, byteOffset, size) : dtype === "I32" ? new Int32Array(buffer, byteOffset, size) : new Uint16Array(buffer, byteOffset, size)
+  }
+  const dv = new DataView(own.buffer, own.byteOffset, own.byteLength)
   if (dtype === "F32") return Float32Array.from({ length: size }, (_, i) => dv.getFloat32(i * 4, true))
   if (dtype === "I32") return Int32Array.from({ length: size }, (_, i) => dv.getInt32(i * 4, true))
   return Uint16Array.from({ length: size }, (_, i) => dv.getUint16(i * 2, true))
@@ -218,9 +228,50 @@ export class SafetensorsReader {
     const t = this.header.tensors.get(name)
     if (t === undefined) throw new SafetensorsError(`no tensor ${name}`)
     const bytes = new Uint8Array(t.end - t.begin)
-    const { bytesRead } = await this.handle.read(bytes, 0, bytes.length, this.header.dataStart + t.begin)
-    if (bytesRead !== bytes.length) throw new SafetensorsError(`truncated: tensor ${name} could not be read whole`)
-    return { dtype: t.dtype, shape: t.shape, data: typedValues(bytes, t.dtype) }
+    await this.readFully(bytes, t.begin, name)
+    return { dtype: t.dtype, shape: t.shape, data: typedValues(bytes, t.dtype, true) }
+  }
+
+  /** Fills `bytes` from offset `at` of the data section. */
+  private async readFully(bytes: Uint8Array, at: number, name: string): Promise<void> {
+    for (let done = 0; done < bytes.length;) {
+      const { bytesRead } = await this.handle.read(bytes, done, bytes.length - done, this.header.dataStart + at + done)
+      if (bytesRead === 0) throw new SafetensorsError(`truncated: tensor ${name} could not be read whole`)
+      done += bytesRead
+    }
+  }
+
+  /**
+   * Reads the data section once, in file order, through one reused buffer, handing `visit` each
+   * tensor in chunks of whole rows of its last axis (at most 4 MiB unless one row is larger):
+   * the chunk's bytes and the index of its first element. A chunk's bytes are overwritten by the
+   * next one, so `visit` must be done with them when it returns. Tensors `wanted` rejects are
+   * skipped — unless the file has a `reins.sha256` checksum: then every byte is read and hashed
+   * on the way (no second pass over the file), and a mismatch throws once all are read, so a
+   * caller builds nothing from what it was handed until `scan` has returned.
+   */
+  async scan(wanted: (name: string) => boolean, visit: (name: string, tensor: TensorHeader, bytes: Uint8Array, firstElement: number) => void): Promise<void> {
+    const expected = this.header.metadata[CHECKSUM]
+    const hash = expected === undefined ? undefined : createHash("sha256")
+    // parseHeader checked that the tensors cover the data section exactly, so in offset order
+    // they are the data section, and hashing them is hashing it.
+    const order = [...this.header.tensors].sort((a, b) => a[1].begin - b[1].begin)
+    let buffer = new Uint8Array(SCAN_CHUNK)
+    for (const [name, t] of order) {
+      const use = wanted(name)
+      if (!use && hash === undefined) continue
+      const element = ELEMENT_BYTES[t.dtype]
+      const row = element * (t.shape.length > 1 ? t.shape[t.shape.length - 1]! : 1)
+      const step = row === 0 ? SCAN_CHUNK : Math.max(row, Math.floor(SCAN_CHUNK / row) * row)
+      if (step > buffer.length) buffer = new Uint8Array(step)
+      for (let at = t.begin; at < t.end; at += step) {
+        const bytes = buffer.subarray(0, Math.min(step, t.end - at))
+        await this.readFully(bytes, at, name)
+        hash?.update(bytes)
+        if (use) visit(name, t, bytes, (at - t.begin) / element)
+      }
+    }
+    if (hash !== undefined && hash.digest("hex") !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
   }
 
   /**

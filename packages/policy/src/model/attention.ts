@@ -6,7 +6,7 @@
  * tested to agree with, values and gradients (test/policy/ops.test.ts).
  */
 import * as tf from "@tensorflow/tfjs"
-import { BufferPool, isWasm, Scratch, upload, view } from "./heap.js"
+import { backward, BufferPool, isWasm, Scratch, upload, view } from "./heap.js"
 import { type RopeTable, ropeInPlace, ropeTf } from "./ops.js"
 
 const scratch = new Scratch()
@@ -21,6 +21,11 @@ export interface AttentionLayout {
   readonly rows: number
   readonly seqLen: number
   readonly heads: number
+  /**
+   * Key/value heads (grouped-query attention; default `heads`): query head h reads kv head
+   * h / (heads / kvHeads). k and v come with these heads only, never repeated in memory.
+   */
+  readonly kvHeads?: number
   readonly headDim: number
   readonly positions: Int32Array
   readonly segStart: Int32Array
@@ -29,7 +34,7 @@ export interface AttentionLayout {
   readonly training: boolean
 }
 
-/** Causal self-attention over q, k, v [N, d] → [N, d], the rotary embedding applied to q and k. */
+/** Causal self-attention over q [N, d], k and v [N, kvHeads·hd] → [N, d], the rotary embedding applied to q and k. */
 export const attention = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, layout: AttentionLayout): tf.Tensor2D =>
   isWasm() ? attentionRank2(q, k, v, layout) : attentionReference(q, k, v, layout)
 
@@ -50,11 +55,14 @@ const additiveMask = (layout: AttentionLayout): Float32Array => {
 export const attentionReference = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, layout: AttentionLayout): tf.Tensor2D =>
   tf.tidy(() => {
     const { rows: B, seqLen: T, heads: H, headDim: hd } = layout
-    const rope = (x: tf.Tensor2D) => ropeTf(x, layout.positions, H, layout.rope)
+    const KV = layout.kvHeads ?? H
+    const rope = (x: tf.Tensor2D, heads: number) => ropeTf(x, layout.positions, heads, layout.rope)
+    // Each kv head repeated for the query heads that share it.
+    const repeat = (x: tf.Tensor2D): tf.Tensor2D => (KV === H ? x : tf.reshape(tf.tile(tf.reshape(x, [B * T, KV, 1, hd]), [1, 1, H / KV, 1]), [B * T, H * hd]))
     const split = (x: tf.Tensor2D) => tf.transpose(tf.reshape(x, [B, T, H, hd]), [0, 2, 1, 3]) // [B, H, T, hd]
-    const qh = split(rope(q))
-    const kh = split(rope(k))
-    const vh = split(v)
+    const qh = split(rope(q, H))
+    const kh = split(repeat(rope(k, KV)))
+    const vh = split(repeat(v))
     const scores = tf.add(tf.mul(tf.matMul(qh, kh, false, true), 1 / Math.sqrt(hd)), tf.tensor4d(additiveMask(layout), [B, 1, T, T]))
     const out = tf.matMul(tf.softmax(scores), vh) // [B, H, T, hd]
     return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [B * T, H * hd])
@@ -95,11 +103,14 @@ const fromHeads = (x: Float32Array, out: Float32Array, B: number, T: number, H: 
   return out
 }
 
-/** `a·b` for [rows, inner]·[inner, cols] blocks held in JS, written into `out`. */
-const blockMatmul = (a: tf.Tensor2D, b: Float32Array, bShape: [number, number], out: Float32Array): void => {
+/** `a·b` for [rows, inner]·[inner, cols] blocks held in JS, written into `out` (added to it with `accumulate`). */
+const blockMatmul = (a: tf.Tensor2D, b: Float32Array, bShape: [number, number], out: Float32Array, accumulate = false): void => {
   const tb = upload<tf.Rank.R2>(b, bShape)
   const tc = tf.matMul(a, tb)
-  out.set(view(tc))
+  if (accumulate) {
+    const c = view(tc)
+    for (let i = 0; i < out.length; i++) out[i]! += c[i]!
+  } else out.set(view(tc))
   tf.dispose([tb, tc])
 }
 
@@ -132,39 +143,43 @@ const scaleInPlace = (x: Float32Array, s: number): void => {
 
 interface AttentionSaved {
   readonly qh: Float32Array // rotated, scaled q, [B, H, T, hd]
-  readonly kh: Float32Array // rotated k, [B, H, T, hd]
-  readonly vh: Float32Array // [B, H, T, hd]
+  readonly kh: Float32Array // rotated k, [B, KV, T, hd]
+  readonly vh: Float32Array // [B, KV, T, hd]
   readonly probs: Float32Array // [B, H, T, T]
 }
 
 /** Forward: per (row, head) S = Q·Kᵀ, one masked softmax over all of them, then O = P·V. */
 const attentionForward = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, layout: AttentionLayout): { value: tf.Tensor2D; saved: AttentionSaved } => {
   const { rows: B, seqLen: T, heads: H, headDim: hd, segStart } = layout
+  const KV = layout.kvHeads ?? H
   const N = B * T
   const d = H * hd
+  const kvd = KV * hd
   const block = T * hd
   const tokens = scratch.get("attn-tokens", N * d)
+  const kvTokens = tokens.subarray(0, N * kvd)
   const qh = pool.take(N * d)
-  const kh = pool.take(N * d)
-  const vh = pool.take(N * d)
+  const kh = pool.take(N * kvd)
+  const vh = pool.take(N * kvd)
   const probs = pool.take(B * H * T * T)
-  const kT = scratch.get("attn-kT", N * d)
+  const kT = scratch.get("attn-kT", N * kvd)
   tokens.set(view(q))
   ropeInPlace(tokens, layout.positions, H, layout.rope)
   scaleInPlace(tokens, 1 / Math.sqrt(hd))
   toHeads(tokens, qh, B, T, H, hd, false)
-  tokens.set(view(k))
-  ropeInPlace(tokens, layout.positions, H, layout.rope)
-  toHeads(tokens, kh, B, T, H, hd, false)
-  toHeads(tokens, kT, B, T, H, hd, true)
-  toHeads(view(v), vh, B, T, H, hd, false)
+  kvTokens.set(view(k))
+  ropeInPlace(kvTokens, layout.positions, KV, layout.rope)
+  toHeads(kvTokens, kh, B, T, KV, hd, false)
+  toHeads(kvTokens, kT, B, T, KV, hd, true)
+  toHeads(view(v), vh, B, T, KV, hd, false)
 
   const s = scratch.get("attn-s", T * T)
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const i = b * H + h
+      const j = b * KV + Math.floor((h * KV) / H) // its kv head
       const tq = upload<tf.Rank.R2>(qh.subarray(i * block, (i + 1) * block), [T, hd])
-      blockMatmul(tq, kT.subarray(i * block, (i + 1) * block), [hd, T], s)
+      blockMatmul(tq, kT.subarray(j * block, (j + 1) * block), [hd, T], s)
       tq.dispose()
       maskScores(s, probs, i * T * T, segStart, b * T, T)
     }
@@ -176,8 +191,9 @@ const attentionForward = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, layout
 
   const oh = scratch.get("attn-oh", N * d)
   for (let i = 0; i < B * H; i++) {
+    const j = Math.floor(i / H) * KV + Math.floor(((i % H) * KV) / H)
     const tp = upload<tf.Rank.R2>(probs.subarray(i * T * T, (i + 1) * T * T), [T, T])
-    blockMatmul(tp, vh.subarray(i * block, (i + 1) * block), [T, hd], oh.subarray(i * block, (i + 1) * block))
+    blockMatmul(tp, vh.subarray(j * block, (j + 1) * block), [T, hd], oh.subarray(i * block, (i + 1) * block))
     tp.dispose()
   }
   const value = upload<tf.Rank.R2>(fromHeads(oh, tokens, B, T, H, hd, false), [N, d])
@@ -198,57 +214,63 @@ const transposeSquare = (x: Float32Array, out: Float32Array, T: number): Float32
 
 /**
  * Backward per (row, head): dV = Pᵀ·dO, dP = dO·Vᵀ, dS = softmax backward, dQ = dS·K,
- * dK = dSᵀ·Q. The [T, T] operand is always the left one: XNNPACK packs the right operand per
- * call, which is cheap for a [T, hd] block and costly for a [T, T] one.
+ * dK = dSᵀ·Q; the query heads sharing a kv head add up into its dK and dV. The [T, T] operand
+ * is always the left one: XNNPACK packs the right operand per call, which is cheap for a
+ * [T, hd] block and costly for a [T, T] one.
  */
 const attentionBackward = (dy: tf.Tensor2D, saved: AttentionSaved, layout: AttentionLayout): Array<tf.Tensor> => {
   const { rows: B, seqLen: T, heads: H, headDim: hd, segStart } = layout
+  const KV = layout.kvHeads ?? H
   const { qh, kh, vh, probs } = saved
   const N = B * T
   const d = H * hd
+  const kvd = KV * hd
   const block = T * hd
   const tokens = scratch.get("attn-tokens", N * d)
   const doh = scratch.get("attn-doh", N * d)
-  const vT = scratch.get("attn-vT", N * d)
+  const vT = scratch.get("attn-vT", N * kvd)
   const dqh = scratch.get("attn-dqh", N * d)
-  const dkh = scratch.get("attn-dkh", N * d)
-  const dvh = scratch.get("attn-dvh", N * d)
+  const dkh = scratch.get("attn-dkh", N * kvd).fill(0)
+  const dvh = scratch.get("attn-dvh", N * kvd).fill(0)
   const square = scratch.get("attn-square", T * T)
   const dp = scratch.get("attn-dp", T * T)
   const ds = scratch.get("attn-ds", T * T)
   tokens.set(view(dy))
   toHeads(tokens, doh, B, T, H, hd, false)
-  fromHeads(vh, tokens, B, T, H, hd, false)
-  toHeads(tokens, vT, B, T, H, hd, true)
+  fromHeads(vh, tokens, B, T, KV, hd, false)
+  toHeads(tokens, vT, B, T, KV, hd, true)
   const left = (x: Float32Array, rows: number, cols: number) => upload<tf.Rank.R2>(x, [rows, cols])
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const i = b * H + h
+      const j = b * KV + Math.floor((h * KV) / H) // its kv head
       const blk = (x: Float32Array) => x.subarray(i * block, (i + 1) * block)
+      const kvBlk = (x: Float32Array) => x.subarray(j * block, (j + 1) * block)
       const p = probs.subarray(i * T * T, (i + 1) * T * T)
       const tpT = left(transposeSquare(p, square, T), T, T)
-      blockMatmul(tpT, blk(doh), [T, hd], blk(dvh))
+      blockMatmul(tpT, blk(doh), [T, hd], kvBlk(dvh), true)
       tpT.dispose()
       const tdo = left(blk(doh), T, hd)
-      blockMatmul(tdo, blk(vT), [hd, T], dp)
+      blockMatmul(tdo, kvBlk(vT), [hd, T], dp)
       tdo.dispose()
       softmaxBackward(p, dp, ds, segStart, b * T, T)
       const tds = left(ds, T, T)
-      blockMatmul(tds, blk(kh), [T, hd], blk(dqh))
+      blockMatmul(tds, kvBlk(kh), [T, hd], blk(dqh))
       tds.dispose()
       const tdsT = left(transposeSquare(ds, square, T), T, T)
-      blockMatmul(tdsT, blk(qh), [T, hd], blk(dkh))
+      blockMatmul(tdsT, blk(qh), [T, hd], kvBlk(dkh), true)
       tdsT.dispose()
     }
   }
   pool.give(qh, kh, vh, probs)
-  const grad = (x: Float32Array, scale: number, rope: boolean): tf.Tensor => {
-    fromHeads(x, tokens, B, T, H, hd, false)
-    if (scale !== 1) scaleInPlace(tokens, scale)
-    if (rope) ropeInPlace(tokens, layout.positions, H, layout.rope, true)
-    return upload(tokens, [N, d])
+  const grad = (x: Float32Array, heads: number, scale: number, rope: boolean): tf.Tensor => {
+    const out = tokens.subarray(0, N * heads * hd)
+    fromHeads(x, out, B, T, heads, hd, false)
+    if (scale !== 1) scaleInPlace(out, scale)
+    if (rope) ropeInPlace(out, layout.positions, heads, layout.rope, true)
+    return upload(out, [N, heads * hd])
   }
-  return [grad(dqh, 1 / Math.sqrt(hd), true), grad(dkh, 1, true), grad(dvh, 1, false)]
+  return [grad(dqh, H, 1 / Math.sqrt(hd), true), grad(dkh, KV, 1, true), grad(dvh, KV, 1, false)]
 }
 
 /**
@@ -264,7 +286,7 @@ export const attentionRank2 = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, l
       (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => {
         const { value, saved } = attentionForward(q, k, v, layout)
         if (!layout.training) pool.give(saved.qh, saved.kh, saved.vh, saved.probs)
-        return { value, gradFunc: (dy: tf.Tensor2D) => attentionBackward(dy, saved, layout) }
+        return { value, gradFunc: (dy: tf.Tensor2D) => backward(dy, [], () => attentionBackward(dy, saved, layout)) }
       }
     ) as (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D
   )(q, k, v)

@@ -6,7 +6,8 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
-import { upload } from "./heap.js"
+import { isWasm, upload, view } from "./heap.js"
+import { transpose2d } from "./matmul.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
 
 export type GemmKind = "tfjs" | "js"
@@ -39,18 +40,27 @@ export class DecodeWeights {
     readonly config: ModelConfig,
     readonly version: number,
     readonly gemm: GemmKind,
-    readonly embeddings: Float32Array,
+    /** The embedding table: on the device (sharing the model's memory) for "tfjs", else a copy. */
+    private readonly embeddingTable: tf.Tensor2D | Float32Array,
     readonly layers: ReadonlyArray<LayerWeights>,
     readonly finalNorm: Float32Array,
     readonly head: Matrix
   ) {}
 
-  /** Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). */
+  /**
+   * Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). The
+   * matrices share the variables' memory: an update assigns a variable new memory, never writes
+   * into the old, so the snapshot stays what it was. With LoRA the server decodes with the
+   * merged weights (base + scale·A·B), computed on the backend.
+   */
   static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
     const version = options.version ?? model.version
-    // With LoRA the server decodes with the merged weights (base + scale·A·B).
-    if (model.lora !== undefined) return DecodeWeights.fromWeights(model.config, model.servingWeights(), version, options)
-    return DecodeWeights.build(model.config, (name) => model.params.get(name), version, options.gemm)
+    const merged = model.mergedTensors()
+    try {
+      return DecodeWeights.build(model.config, (name) => merged.get(name) ?? model.params.get(name), version, options.gemm, model.headWeight())
+    } finally {
+      tf.dispose([...merged.values()])
+    }
   }
 
   /** From plain weights (e.g. received from a training device), checked against the config. */
@@ -65,7 +75,8 @@ export class DecodeWeights {
     }
   }
 
-  private static build(config: ModelConfig, get: (name: string) => tf.Tensor | undefined, version: number, gemmKind: GemmKind | undefined): DecodeWeights {
+  /** `head`: the head as [d, vocab] when the caller has it (a model keeps its tied embedding's transpose). */
+  private static build(config: ModelConfig, get: (name: string) => tf.Tensor | undefined, version: number, gemmKind: GemmKind | undefined, head?: tf.Tensor2D): DecodeWeights {
     const c = config
     const gemm = gemmKind ?? (tf.getBackend() === "cpu" ? "js" : "tfjs")
     const p = (name: string) => {
@@ -73,12 +84,13 @@ export class DecodeWeights {
       if (t === undefined) throw new Error(`no parameter ${name}`)
       return t as tf.Tensor2D
     }
-    const values = (name: string) => new Float32Array(p(name).dataSync() as Float32Array)
+    // One copy out of the wasm heap (dataSync would copy, and a Float32Array of that copy again).
+    const values = (name: string) => (isWasm() ? view(p(name)).slice() : new Float32Array(p(name).dataSync() as Float32Array))
     const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
     const matrix = (t: tf.Tensor2D): Matrix => {
       const [rows, cols] = t.shape
-      if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) }
-      const tt = tf.transpose(t)
+      if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) } // shares t's memory
+      const tt = transpose2d(t)
       const transposed = new Float32Array(tt.dataSync() as Float32Array)
       tt.dispose()
       return { rows, cols, transposed }
@@ -103,14 +115,23 @@ export class DecodeWeights {
       qkv.dispose()
       return layer
     })
-    const headT = c.tieEmbeddings ? tf.transpose(p("tok_embeddings.weight")) : p("lm_head.weight")
-    const head = matrix(headT)
-    if (c.tieEmbeddings) headT.dispose()
-    return new DecodeWeights(c, version, gemm, values("tok_embeddings.weight"), layers, values("norm.weight"), head)
+    const headT = head ?? (c.tieEmbeddings ? transpose2d(p("tok_embeddings.weight")) : p("lm_head.weight"))
+    const headMatrix = matrix(headT)
+    if (head === undefined && c.tieEmbeddings) headT.dispose()
+    // On wasm the table stays on the device: copying 28M floats (a 49k vocabulary) out costs
+    // more than a snapshot's other work, and a lookup reads d floats of it per token.
+    const embeddings = gemm === "tfjs" && isWasm() ? tf.keep(tf.clone(p("tok_embeddings.weight"))) : values("tok_embeddings.weight")
+    return new DecodeWeights(c, version, gemm, embeddings, layers, values("norm.weight"), headMatrix)
+  }
+
+  /** The embedding table's values, [vocab, d]; a view of the device's memory, valid until the next tfjs call that allocates. */
+  embeddings(): Float32Array {
+    return this.embeddingTable instanceof Float32Array ? this.embeddingTable : view(this.embeddingTable)
   }
 
   /** Releases the device copies of the matrices. */
   dispose(): void {
+    if (!(this.embeddingTable instanceof Float32Array)) this.embeddingTable.dispose()
     for (const l of this.layers) for (const m of [l.qkv, l.wo, l.w1, l.w3, l.w2]) m?.tensor?.dispose()
     this.head.tensor?.dispose()
   }

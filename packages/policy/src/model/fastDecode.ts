@@ -105,12 +105,13 @@ export class FastDecoder {
     }
     // Embeddings.
     const x = this.scratch.get("x", R * d)
+    const table = w.embeddings() // a view: used before any tfjs call
     let r = 0
     for (const ch of chunks) {
       for (let i = 0; i < ch.ids.length; i++, r++) {
         const id = ch.ids[i]!
         if (id < 0 || id >= c.vocabSize) throw new Error(`token id ${id} is outside the vocabulary of ${c.vocabSize}`)
-        x.set(w.embeddings.subarray(id * d, id * d + d), r * d)
+        x.set(table.subarray(id * d, id * d + d), r * d)
       }
     }
     const h = this.scratch.get("h", R * d)

@@ -32,6 +32,20 @@ export const uploadInt = <R extends tf.Rank>(data: Int32Array, shape: ReadonlyAr
   tf.tensor(isWasm() ? data : data.slice(), shape as Array<number>, "int32") as unknown as tf.Tensor<R>
 
 /**
+ * Runs a custom gradient's body the way tfjs does not: inside a tidy (tfjs calls a custom
+ * gradient outside any, so its temporaries would live until the whole backward pass ends), and
+ * then frees `dy` and the op's saved tensors (tfjs keeps both until then too, though nothing
+ * reads them again: each op's gradient runs once). So the backward pass frees each layer's
+ * activations as it goes, and a micro-batch needs the forward pass's memory, not about twice it.
+ * The gradients returned must not be `dy` itself.
+ */
+export const backward = <T extends tf.Tensor | Array<tf.Tensor>>(dy: tf.Tensor, saved: ReadonlyArray<tf.Tensor>, body: () => T): T => {
+  const grads = tf.tidy(body)
+  tf.dispose([dy, ...saved])
+  return grads
+}
+
+/**
  * Reusable Float32Arrays by name, grown (never shrunk) on demand: for data that dies before the
  * next call with the same name.
  */

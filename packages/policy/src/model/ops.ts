@@ -3,41 +3,28 @@
  * exist because of how tfjs behaves on its wasm backend (the default here):
  *
  * - XNNPACK's fast matmul is only used for rank-2 `a·b` without transpose flags; everything else
- *   (batched matmul, transpose flags) falls back to a naive loop ~10x slower. So `matmul` is a
- *   rank-2 product whose gradient transposes explicitly (attention.ts does the same for its
- *   per-(row, head) products).
+ *   (batched matmul, transpose flags) falls back to a naive loop ~10x slower. So the dense
+ *   products (matmul.ts) are rank-2 products whose gradients transpose explicitly (attention.ts
+ *   does the same for its per-(row, head) products).
  * - Reductions over the leading axis, 2-D transposes, `tanh`/`erf` and `where` are slow kernels
- *   there; the column sums, transposes and masking below are done in JavaScript over heap views.
- * - `gather` has no gradient kernel, and `oneHot(x, d, "float32")` is wrong: embeddings are a
- *   one-hot (int32, then cast) matmul whose gradient is a scatter-add.
+ *   there; the column sums, transposes and masking are done in JavaScript over heap views.
+ * - `gather` has no gradient kernel, and `oneHot(x, d, "float32")` is wrong: the embedding's
+ *   gradient is a scatter-add in JavaScript, and log-probabilities pick the target's logit
+ *   from a view instead of multiplying by a one-hot [N, vocab] matrix.
  *
  * On other backends (cpu, tensorflow) the plain tfjs formulation is used, and it is the
  * reference the fast paths are tested against (test/policy/ops.test.ts).
  */
 import * as tf from "@tensorflow/tfjs"
 import type { RopeScaling } from "./config.js"
-import { isWasm, Scratch, upload, view } from "./heap.js"
+import { backward, isWasm, Scratch, upload, view } from "./heap.js"
+
+export { matmul, transpose2d } from "./matmul.js"
 
 const scratch = new Scratch()
 
 // ---------------------------------------------------------------------------------------------
-// Transpose, column sums
-
-/** `xᵀ` of a rank-2 tensor; on wasm a cache-blocked JS copy (3x faster than its kernel). */
-export const transpose2d = (x: tf.Tensor2D): tf.Tensor2D => {
-  if (!isWasm()) return tf.transpose(x)
-  const [r, c] = x.shape
-  const out = scratch.get("transpose", r * c)
-  const src = view(x)
-  for (let i0 = 0; i0 < r; i0 += 16) {
-    const i1 = Math.min(r, i0 + 16)
-    for (let j0 = 0; j0 < c; j0 += 16) {
-      const j1 = Math.min(c, j0 + 16)
-      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) out[j * r + i] = src[i * c + j]!
-    }
-  }
-  return upload(out, [c, r])
-}
+// Column sums
 
 /** Σ over rows of a rank-2 tensor → [cols]. */
 export const columnSum = (x: tf.Tensor2D): tf.Tensor1D => {
@@ -53,87 +40,111 @@ export const columnSum = (x: tf.Tensor2D): tf.Tensor1D => {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Matmul
-
-/** `a·b` for rank-2 tensors, with a gradient made only of untransposed rank-2 matmuls. */
-export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.customGrad(
-  // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
-  (a: tf.Tensor2D, b: tf.Tensor2D, save: tf.GradSaveFunc) => {
-    save([a, b])
-    return {
-      value: tf.matMul(a, b),
-      gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) => {
-        const [sa, sb] = saved as [tf.Tensor2D, tf.Tensor2D]
-        const bt = transpose2d(sb)
-        const da = tf.matMul(dy, bt)
-        bt.dispose()
-        const at = transpose2d(sa)
-        const db = tf.matMul(at, dy)
-        at.dispose()
-        return [da, db]
-      }
-    }
-  }
-) as never
-
-// ---------------------------------------------------------------------------------------------
 // Normalization
 
-/** RMSNorm over the last axis of x [N, d], scaled by `weight`; gradients flow to x and weight. */
-export const rmsNorm = (x: tf.Tensor2D, weight: tf.Tensor1D, eps: number): tf.Tensor2D =>
+/**
+ * RMSNorm over the last axis of x [N, d], scaled by `weight`; gradients flow to x and, unless
+ * `frozen` (LoRA's base weights), to weight. It keeps x, not x̂, for its gradient: x is the
+ * residual stream, which the pass keeps anyway.
+ */
+export const rmsNorm = (x: tf.Tensor2D, weight: tf.Tensor1D, eps: number, frozen = false): tf.Tensor2D => {
+  const forward = (x: tf.Tensor2D, g: tf.Tensor1D, save: tf.GradSaveFunc) => {
+    const r = tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), eps)) // [N, 1]
+    save([x, r, g])
+    return {
+      value: tf.mul(tf.mul(x, r), g),
+      gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
+        backward(dy, saved, () => {
+          const [x, r, g] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D]
+          const xhat = tf.mul(x, r)
+          const dxhat = tf.mul(dy, g)
+          const proj = tf.mean(tf.mul(dxhat, xhat), -1, true)
+          const dx = tf.mul(r, tf.sub(dxhat, tf.mul(xhat, proj)))
+          return frozen ? [dx] : [dx, columnSum(tf.mul(dy, xhat))]
+        })
+    }
+  }
+  if (frozen) {
+    // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
+    return (tf.customGrad((x: tf.Tensor2D, save: tf.GradSaveFunc) => forward(x, weight, save)) as (x: tf.Tensor2D) => tf.Tensor2D)(x)
+  }
+  // @ts-expect-error see above
+  return (tf.customGrad(forward) as (x: tf.Tensor2D, g: tf.Tensor1D) => tf.Tensor2D)(x, weight)
+}
+
+/**
+ * x + y, keeping nothing for its gradient (tfjs's add keeps both inputs, for broadcasting,
+ * which would hold every layer's attention and MLP outputs until the backward pass ends).
+ */
+export const residual = (x: tf.Tensor2D, y: tf.Tensor2D): tf.Tensor2D =>
   (
     tf.customGrad(
-      // @ts-expect-error see matmul
-      (x: tf.Tensor2D, g: tf.Tensor1D, save: tf.GradSaveFunc) => {
-        const r = tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), eps)) // [N, 1]
-        const xhat = tf.mul(x, r)
-        save([xhat, r, g])
+      // @ts-expect-error see rmsNorm
+      (x: tf.Tensor2D, y: tf.Tensor2D) => ({ value: tf.add(x, y), gradFunc: (dy: tf.Tensor2D) => backward(dy, [], () => [tf.clone(dy), tf.clone(dy)]) })
+    ) as (x: tf.Tensor2D, y: tf.Tensor2D) => tf.Tensor2D
+  )(x, y)
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU
+
+/**
+ * silu(g)·u, the gated MLP's activation, as one op that keeps only g and u for its gradient
+ * (σ(g) is recomputed there): three ops' outputs and gradients would each hold [N, d_ff] until
+ * the backward pass ends.
+ */
+export const swiglu = (g: tf.Tensor2D, u: tf.Tensor2D): tf.Tensor2D =>
+  (
+    tf.customGrad(
+      // @ts-expect-error see rmsNorm
+      (g: tf.Tensor2D, u: tf.Tensor2D, save: tf.GradSaveFunc) => {
+        save([g, u])
         return {
-          value: tf.mul(xhat, g),
-          gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) => {
-            const [xhat, r, g] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D]
-            const dxhat = tf.mul(dy, g)
-            const proj = tf.mean(tf.mul(dxhat, xhat), -1, true)
-            const dx = tf.mul(r, tf.sub(dxhat, tf.mul(xhat, proj)))
-            const dg = columnSum(tf.mul(dy, xhat))
-            return [dx, dg]
-          }
+          value: tf.tidy(() => tf.mul(tf.mul(g, tf.sigmoid(g)), u)),
+          gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
+            backward(dy, saved, () => {
+              const [g, u] = saved as [tf.Tensor2D, tf.Tensor2D]
+              const s = tf.sigmoid(g)
+              const du = tf.mul(dy, tf.mul(g, s))
+              // d silu(g)/dg = σ(g)·(1 + g·(1 − σ(g)))
+              const dg = tf.mul(tf.mul(dy, u), tf.mul(s, tf.add(1, tf.mul(g, tf.sub(1, s)))))
+              return [dg, du]
+            })
         }
       }
-    ) as (x: tf.Tensor2D, g: tf.Tensor1D) => tf.Tensor2D
-  )(x, weight)
+    ) as (g: tf.Tensor2D, u: tf.Tensor2D) => tf.Tensor2D
+  )(g, u)
 
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
 /**
- * Rows `ids` of `table` [V, d] as a one-hot matmul (int32 one-hot, then cast: see the module
- * comment). Its gradient, oneHotᵀ·dy, is computed as the equivalent scatter-add.
+ * Rows `ids` of `table` [V, d], gathered (a one-hot matmul would cost as much as the head). Its
+ * gradient, oneHotᵀ·dy, is computed as the equivalent scatter-add (wasm's gather has no
+ * gradient kernel); it is not run at all when the table is frozen.
  */
 export const embed = (ids: Int32Array, table: tf.Tensor2D): tf.Tensor2D =>
   (
     tf.customGrad(
-      // @ts-expect-error see matmul
+      // @ts-expect-error see rmsNorm
       (w: tf.Tensor2D) => {
         const [vocab, d] = w.shape
-        const oneHot = tf.tidy(() => tf.oneHot(tf.tensor1d(ids, "int32"), vocab, 1, 0, "int32").toFloat())
-        const value = tf.matMul(oneHot, w)
-        oneHot.dispose()
+        const value = tf.tidy(() => tf.gather(w, tf.tensor1d(ids, "int32")))
         return {
           value,
-          gradFunc: (dy: tf.Tensor2D) => {
-            if (!isWasm()) {
-              return tf.tidy(() => tf.matMul(tf.oneHot(tf.tensor1d(ids, "int32"), vocab, 1, 0, "int32").toFloat(), dy, true, false))
-            }
-            const out = scratch.get("embed-grad", vocab * d).fill(0)
-            const g = view(dy)
-            for (let n = 0; n < ids.length; n++) {
-              const o = ids[n]! * d
-              const s = n * d
-              for (let j = 0; j < d; j++) out[o + j] += g[s + j]!
-            }
-            return upload(out, [vocab, d])
-          }
+          gradFunc: (dy: tf.Tensor2D) =>
+            backward(dy, [], () => {
+              if (!isWasm()) {
+                return tf.tidy(() => tf.matMul(tf.oneHot(tf.tensor1d(ids, "int32"), vocab, 1, 0, "int32").toFloat(), dy, true, false))
+              }
+              const out = scratch.get("embed-grad", vocab * d).fill(0)
+              const g = view(dy)
+              for (let n = 0; n < ids.length; n++) {
+                const o = ids[n]! * d
+                const s = n * d
+                for (let j = 0; j < d; j++) out[o + j] += g[s + j]!
+              }
+              return upload(out, [vocab, d])
+            })
         }
       }
     ) as (w: tf.Tensor2D) => tf.Tensor2D
@@ -241,29 +252,39 @@ export const ropeTf = (x: tf.Tensor2D, positions: Int32Array, heads: number, tab
 
 /**
  * log softmax(logits)[target] for every row of logits [N, V] → [N], and the softmax entropy of
- * every row (values only, no gradient). The gradient is (oneHot − softmax)·dy, computed directly.
+ * every row (values only, no gradient). The gradient is (oneHot − softmax)·dy, computed directly:
+ * −softmax·dy, then dy added at each row's target (on wasm in place, through a view of the
+ * gradient this op has just made), so no [N, V] one-hot matrix is ever built — at a 49k
+ * vocabulary each [N, V] tensor of a 1024-token micro-batch is 200 MB of the wasm heap.
  */
 export const tokenLogprobs = (logits: tf.Tensor2D, targets: Int32Array): { logprobs: tf.Tensor1D; entropy: Float32Array } => {
   let entropy: Float32Array | undefined
+  const [n, vocab] = logits.shape
+  const flat = Int32Array.from(targets, (t, i) => i * vocab + t) // each target's index in z, flattened
   const logprobs = (
     tf.customGrad(
-      // @ts-expect-error see matmul
+      // @ts-expect-error see rmsNorm
       (z: tf.Tensor2D, save: tf.GradSaveFunc) => {
-        const [n, vocab] = z.shape
-        const oneHot = tf.tidy(() => tf.oneHot(tf.tensor1d(targets, "int32"), vocab, 1, 0, "int32").toFloat())
         // softmax is one vectorized XNNPACK kernel (exp alone is a slow scalar loop on wasm).
         // log-sum-exp = max − log(softmax at the max): stable, since that probability ≥ 1/V.
         const probs = tf.softmax(z)
-        const lse = tf.sub(tf.max(z, -1, true), tf.log(tf.max(probs, -1, true))) // [N, 1]
-        const value = tf.sub(tf.sum(tf.mul(z, oneHot), -1), tf.reshape(lse, [n]))
-        entropy = new Float32Array(tf.sub(tf.reshape(lse, [n]), tf.sum(tf.mul(probs, z), -1)).dataSync() as Float32Array)
-        save([oneHot, probs])
+        const lse = tf.reshape(tf.sub(tf.max(z, -1, true), tf.log(tf.max(probs, -1, true))), [n]) // [N]
+        const picked = tf.tidy(() => tf.gather(tf.reshape(z, [n * vocab]), tf.tensor1d(flat, "int32")))
+        const value = tf.sub(picked, lse)
+        entropy = new Float32Array(tf.tidy(() => tf.sub(lse, tf.sum(tf.mul(probs, z), -1))).dataSync() as Float32Array)
+        save([probs])
         return {
           value,
-          gradFunc: (dy: tf.Tensor1D, saved: Array<tf.Tensor>) => {
-            const [oneHot, probs] = saved as [tf.Tensor2D, tf.Tensor2D]
-            return [tf.mul(tf.sub(oneHot, probs), tf.reshape(dy, [n, 1]))]
-          }
+          gradFunc: (dy: tf.Tensor1D, saved: Array<tf.Tensor>) =>
+            backward(dy, saved, () => {
+              const [probs] = saved as [tf.Tensor2D]
+              if (!isWasm()) return [tf.mul(tf.sub(tf.oneHot(tf.tensor1d(targets, "int32"), vocab, 1, 0, "int32").toFloat(), probs), tf.reshape(dy, [n, 1]))]
+              const g = tf.mul(probs, tf.reshape(tf.neg(dy), [n, 1]))
+              const gv = view(g)
+              const dyv = view(dy)
+              for (let i = 0; i < n; i++) gv[flat[i]!]! += dyv[i]!
+              return [g]
+            })
         }
       }
     ) as (z: tf.Tensor2D) => tf.Tensor1D

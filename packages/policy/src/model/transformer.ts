@@ -15,7 +15,10 @@
  * a KV cache and without autodiff (fastDecode.ts); tests hold both to a float64 reference.
  *
  * Parameters are tf.Variables with the names of `parameterShapes` (checkpoint/hf/weights.ts maps
- * them to and from Hugging Face's).
+ * them to and from Hugging Face's). With LoRA adapters attached the base weights are frozen, and
+ * the pass is built of ops that compute no gradient for them (matmul.ts). Its ops keep what
+ * their gradients need and free it as the backward pass goes (heap.ts `backward`), so the wasm
+ * heap bounds a micro-batch by the forward pass's activations alone.
  */
 import * as tf from "@tensorflow/tfjs"
 import { Rng } from "../random.js"
@@ -23,7 +26,8 @@ import { type ModelConfig, parameterShapes } from "./config.js"
 import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
 import { upload } from "./heap.js"
 import { attention, type AttentionLayout } from "./attention.js"
-import { embed, matmul, rmsNorm, type RopeTable, ropeTable } from "./ops.js"
+import { frozenMatmul, loraLinear, matmul, tiedHead, transpose2d } from "./matmul.js"
+import { embed, residual, rmsNorm, type RopeTable, ropeTable, swiglu } from "./ops.js"
 
 /**
  * A training micro-batch: `rows` rows of `seqLen` tokens, row-major. `segments` numbers the
@@ -43,8 +47,6 @@ export type Weights = Record<string, Float32Array>
 export class WeightsError extends Error {
   override readonly name = "WeightsError"
 }
-
-const silu = (x: tf.Tensor2D): tf.Tensor2D => tf.mul(x, tf.sigmoid(x))
 
 /** Index, within its row, of the first token of each token's sequence. */
 export const segmentStarts = (rows: number, seqLen: number, segments: Int32Array): Int32Array => {
@@ -74,16 +76,16 @@ export class Transformer {
   /** The policy version of the current weights. */
   version: number
   private readonly rope: RopeTable
+  /** Transposes kept while the parameter they were taken of is unchanged (by its data; see `transposed`). */
+  private readonly transposes = new Map<string, { readonly of: object; readonly t: tf.Tensor2D }>()
 
+  /** Takes the tensors (checked by the caller) as its variables' initial values; a variable shares its tensor's memory. */
   private constructor(
     readonly config: ModelConfig,
-    weights: Weights
+    tensors: ReadonlyMap<string, tf.Tensor>
   ) {
-    const shapes = parameterShapes(config)
-    checkWeights(shapes, weights)
     this.params = new Map(
-      Object.keys(shapes).map((name) => {
-        const initial = upload(weights[name]!, shapes[name]!)
+      [...tensors].map(([name, initial]) => {
         const variable = tf.variable(initial, true)
         initial.dispose()
         return [name, variable]
@@ -95,12 +97,31 @@ export class Transformer {
 
   /** A model with the given weights (checked against the config's names and shapes). */
   static fromWeights(config: ModelConfig, weights: Weights): Transformer {
-    return new Transformer(config, weights)
+    const shapes = parameterShapes(config)
+    checkWeights(shapes, weights)
+    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, upload(weights[name]!, shapes[name]!)])))
+  }
+
+  /**
+   * A model whose weights are these float32 tensors, already on the backend (the loader fills
+   * them in place: no JS copy). It takes them over, and disposes them if they do not fit the
+   * config's names and shapes.
+   */
+  static fromTensors(config: ModelConfig, tensors: ReadonlyMap<string, tf.Tensor>): Transformer {
+    const shapes = parameterShapes(config)
+    const wrong =
+      [...tensors].find(([name, t]) => shapes[name]?.join(",") !== t.shape.join(",") || t.dtype !== "float32")?.[0] ??
+      Object.keys(shapes).find((name) => !tensors.has(name))
+    if (wrong !== undefined) {
+      tf.dispose([...tensors.values()])
+      throw new WeightsError(`parameter ${wrong}: ${tensors.has(wrong) ? `[${tensors.get(wrong)!.shape.join(", ")}] ${tensors.get(wrong)!.dtype}` : "missing"}, expected [${(shapes[wrong] ?? []).join(", ")}] float32`)
+    }
+    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, tensors.get(name)!])))
   }
 
   /** A freshly initialised model; the same config and seed give the same weights everywhere. */
   static init(config: ModelConfig, seed: number): Transformer {
-    return new Transformer(config, initWeights(config, seed))
+    return Transformer.fromWeights(config, initWeights(config, seed))
   }
 
   param(name: string): tf.Variable {
@@ -166,6 +187,22 @@ export class Transformer {
     }
   }
 
+  /**
+   * W + scale·A·B of every adapted matrix, computed on the backend (new tensors the caller
+   * disposes; empty without LoRA): what a server decodes with, without copying every weight
+   * out to JavaScript and back.
+   */
+  mergedTensors(): Map<string, tf.Tensor2D> {
+    const out = new Map<string, tf.Tensor2D>()
+    if (this.adapters === undefined) return out
+    const { config, variables, sites } = this.adapters
+    for (const [param, site] of sites) {
+      const update = () => tf.matMul(tf.mul(variables.get(site.a)!, config.scale) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D)
+      out.set(param, tf.tidy(() => tf.add(this.param(param), update())))
+    }
+    return out
+  }
+
   /** The weights a server decodes with: the base, with the adapters merged in when attached. */
   servingWeights(): Weights {
     const base = this.readWeights()
@@ -184,6 +221,7 @@ export class Transformer {
       rows,
       seqLen,
       heads: c.nHeads,
+      kvHeads: c.kvHeads,
       headDim: c.headDim,
       positions: batch.positions,
       segStart: segmentStarts(rows, seqLen, batch.segments),
@@ -192,43 +230,45 @@ export class Transformer {
     }
     return tf.tidy(() => {
       let x = embed(batch.inputIds, this.param("tok_embeddings.weight") as tf.Tensor2D)
-      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, layout)
+      // A tidy per layer drops what its backward pass does not need (what it does is saved and
+      // kept by tfjs) as soon as the layer is done, not at the end of the whole pass.
+      for (let l = 0; l < c.nLayers; l++) x = tf.tidy(() => this.block(x, l, layout))
       return this.head(x)
     })
   }
 
-  private norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
-    return rmsNorm(x, this.param(`${name}.weight`) as tf.Tensor1D, this.config.normEps)
+  /**
+   * With LoRA adapters attached the base weights are frozen: their products and norms then
+   * compute no gradient for them (matmul.ts), so a backward pass costs one forward, not two.
+   */
+  private get frozen(): boolean {
+    return this.adapters !== undefined
   }
 
-  /** x·W (+ b when the parameter `bias` exists) (+ the LoRA update when W is adapted). */
+  private norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
+    return rmsNorm(x, this.param(`${name}.weight`) as tf.Tensor1D, this.config.normEps, this.frozen)
+  }
+
+  /** x·W (+ the LoRA update when W is adapted) (+ b when the parameter `bias` exists). */
   private linear(x: tf.Tensor2D, weight: string, bias: string, training = false): tf.Tensor2D {
-    let y = matmul(x, this.param(weight) as tf.Tensor2D)
-    const b = this.params.get(bias)
-    if (b !== undefined) y = tf.add(y, b)
+    const w = this.param(weight) as tf.Tensor2D
     const site = this.adapters?.sites.get(weight)
-    if (site === undefined) return y
-    const lora = this.adapters!
-    const input = training && lora.config.dropout > 0 ? tf.dropout(x, lora.config.dropout) : x
-    const update = matmul(matmul(input as tf.Tensor2D, lora.variables.get(site.a) as tf.Tensor2D), lora.variables.get(site.b) as tf.Tensor2D)
-    return tf.add(y, tf.mul(update, lora.config.scale))
+    let y: tf.Tensor2D
+    if (site !== undefined) {
+      const { config, variables } = this.adapters!
+      const input = training && config.dropout > 0 ? (tf.dropout(x, config.dropout) as tf.Tensor2D) : x
+      y = loraLinear(x, input, w, variables.get(site.a) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D, config.scale)
+    } else y = this.frozen ? frozenMatmul(x, w) : matmul(x, w)
+    const b = this.params.get(bias)
+    return b === undefined ? y : tf.add(y, b)
   }
 
   /** RMSNorm over every head of x [N, heads·hd] (Qwen3's q_norm / k_norm). */
   private headNorm(x: tf.Tensor2D, name: string): tf.Tensor2D {
     const [n, width] = x.shape
     const hd = this.config.headDim
-    const normed = rmsNorm(tf.reshape(x, [(n * width) / hd, hd]), this.param(name) as tf.Tensor1D, this.config.normEps)
+    const normed = rmsNorm(tf.reshape(x, [(n * width) / hd, hd]), this.param(name) as tf.Tensor1D, this.config.normEps, this.frozen)
     return tf.reshape(normed, [n, width])
-  }
-
-  /** Grouped-query attention: each key/value head repeated for the query heads that share it. */
-  private repeatKv(x: tf.Tensor2D): tf.Tensor2D {
-    const c = this.config
-    const groups = c.nHeads / c.kvHeads
-    if (groups === 1) return x
-    const n = x.shape[0]
-    return tf.reshape(tf.tile(tf.reshape(x, [n, c.kvHeads, 1, c.headDim]), [1, 1, groups, 1]), [n, c.qDim])
   }
 
   /** One pre-norm block. */
@@ -242,18 +282,43 @@ export class Transformer {
       q = this.headNorm(q, `${p}.attn.q_norm.weight`)
       k = this.headNorm(k, `${p}.attn.k_norm.weight`)
     }
-    const a = attention(q, this.repeatKv(k), this.repeatKv(linear(h, "attn.wv", "attn.bv")), layout)
-    x = tf.add(x, linear(a, "attn.wo", "attn.bo"))
+    const a = attention(q, k, linear(h, "attn.wv", "attn.bv"), layout)
+    x = residual(x, linear(a, "attn.wo", "attn.bo"))
     const m = this.norm(x, `${p}.mlp_norm`)
-    const hidden: tf.Tensor2D = tf.mul(silu(linear(m, "mlp.w1")), linear(m, "mlp.w3"))
-    return tf.add(x, linear(hidden, "mlp.w2"))
+    const hidden = swiglu(linear(m, "mlp.w1"), linear(m, "mlp.w3"))
+    return residual(x, linear(hidden, "mlp.w2"))
   }
 
 
   private head(x: tf.Tensor2D): tf.Tensor2D {
     const h = this.norm(x, "norm")
-    const head = this.config.tieEmbeddings ? tf.transpose(this.param("tok_embeddings.weight") as tf.Tensor2D) : (this.param("lm_head.weight") as tf.Tensor2D)
-    return matmul(h, head)
+    if (this.config.tieEmbeddings) {
+      const e = this.param("tok_embeddings.weight") as tf.Tensor2D
+      return this.frozen ? frozenMatmul(h, this.headWeight(), e) : tiedHead(h, e, this.headWeight())
+    }
+    const w = this.param("lm_head.weight") as tf.Tensor2D
+    return this.frozen ? frozenMatmul(h, w, this.transposed("lm_head.weight")) : matmul(h, w)
+  }
+
+  /**
+   * The head as a [d, vocab] matrix: `lm_head.weight`, or with tied embeddings the embedding
+   * transposed — kept until the embedding changes, since transposing 28M floats (a 49k
+   * vocabulary) every forward pass, and having XNNPACK repack the result, costs more than a
+   * short micro-batch's head itself. The engine's weight snapshot shares it.
+   */
+  headWeight(): tf.Tensor2D {
+    return this.config.tieEmbeddings ? this.transposed("tok_embeddings.weight") : (this.param("lm_head.weight") as tf.Tensor2D)
+  }
+
+  /** `name`ᵀ, kept until the parameter is assigned new values (a variable's data changes identity then). */
+  private transposed(name: string): tf.Tensor2D {
+    const p = this.param(name)
+    const kept = this.transposes.get(name)
+    if (kept !== undefined && kept.of === p.dataId) return kept.t
+    kept?.t.dispose()
+    const t = tf.keep(transpose2d(p as tf.Tensor2D))
+    this.transposes.set(name, { of: p.dataId, t })
+    return t
   }
 
   // -------------------------------------------------------------------------------------------
@@ -278,6 +343,7 @@ export class Transformer {
   }
 
   dispose(): void {
+    for (const { t } of this.transposes.values()) t.dispose()
     for (const v of this.params.values()) v.dispose()
     for (const v of this.adapters?.variables.values() ?? []) v.dispose()
   }

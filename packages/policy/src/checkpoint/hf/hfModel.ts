@@ -1,21 +1,16 @@
 /**
  * The Hugging Face side of a model directory: recognising one (config.json with
- * `architectures`), reading its config and weights, writing them back in the checkpoint's dtype,
+ * `architectures`), writing its config and weights back in the checkpoint's dtype,
  * and describing a model of our own as the Hugging Face architecture it is.
  */
 import { type ModelConfig } from "../../model/config.js"
 import type { Weights } from "../../model/transformer.js"
 import { decodeHfConfig, encodeHfConfig, type HfArchitecture, type HfDtype, type HfModelConfig } from "./config.js"
-import { encodeHfWeights, HF_INDEX_FILE, readHfWeights } from "./weights.js"
+import { encodeHfWeights, HF_INDEX_FILE } from "./weights.js"
 
 /** True for a `config.json` in the layout `transformers` writes (it names its `architectures`). */
 export const isHfConfig = (json: unknown): boolean =>
   typeof json === "object" && json !== null && Array.isArray((json as Record<string, unknown>)["architectures"])
-
-export const readHfModel = async (dir: string, json: unknown): Promise<{ readonly hf: HfModelConfig; readonly weights: Weights }> => {
-  const hf = decodeHfConfig(json)
-  return { hf, weights: await readHfWeights(dir, hf.config) }
-}
 
 /** The files of the weights and config.json to write for `hf` with these weights. */
 export const hfModelFiles = (

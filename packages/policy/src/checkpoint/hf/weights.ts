@@ -3,14 +3,15 @@
  * `model.safetensors.index.json`, with Hugging Face tensor names and `nn.Linear`'s [out, in]
  * layout, stored as BF16, F16 or F32. The model keeps its own names and [in, out] matrices
  * (see model/config.ts `parameterShapes`), so loading renames, converts to float32 and
- * transposes — tensor by tensor, so a large checkpoint is never in memory twice.
+ * transposes — chunk by chunk, straight into each parameter's destination (a JS array, or the
+ * tensor in the wasm heap), so a large checkpoint is never in memory twice.
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { type ModelConfig, parameterShapes } from "../../model/config.js"
 import type { Weights } from "../../model/transformer.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
-import { encodeSafetensors, SafetensorsReader, type TensorEntry } from "../safetensors.js"
+import { encodeSafetensors, SafetensorsReader, type TensorEntry, typedValues } from "../safetensors.js"
 import type { HfDtype } from "./config.js"
 
 export const HF_WEIGHTS_FILE = "model.safetensors"
@@ -105,11 +106,59 @@ const shardMap = async (dir: string): Promise<Map<string, string>> => {
 }
 
 /**
+ * Where the loader writes each parameter (float32, our names and [in, out] layout): `alloc`
+ * makes its destination, `values` returns the values to write into — asked again for every
+ * chunk, since a view of the wasm heap does not outlive an allocation — and `dispose` drops a
+ * destination when the load fails.
+ */
+export interface WeightSink<T> {
+  alloc(name: string, shape: ReadonlyArray<number>): T
+  values(dest: T): Float32Array
+  dispose(dest: T): void
+}
+
+const arraySink: WeightSink<Float32Array> = {
+  alloc: (_, shape) => new Float32Array(shape.reduce((a, b) => a * b, 1)),
+  values: (a) => a,
+  dispose: () => {}
+}
+
+/** Rows [r0, r0 + n) of a row-major [rows, cols] matrix, `src` holding just them, written transposed into `dest` [cols, rows]; 16×16 blocks keep both sides in cache. */
+const transposeRows = (src: Float32Array, dest: Float32Array, rows: number, cols: number, r0: number, n: number): void => {
+  for (let i0 = 0; i0 < n; i0 += 16) {
+    const i1 = Math.min(n, i0 + 16)
+    for (let j0 = 0; j0 < cols; j0 += 16) {
+      const j1 = Math.min(cols, j0 + 16)
+      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) dest[j * rows + r0 + i] = src[i * cols + j]!
+    }
+  }
+}
+
+/** How one stored tensor becomes one of our parameters. */
+interface Target {
+  readonly name: string
+  readonly shape: ReadonlyArray<number>
+  /** [out, in] in the file when `transpose`. */
+  readonly stored: ReadonlyArray<number>
+  readonly transpose: boolean
+}
+
+const FLOAT_DTYPES: ReadonlyArray<string> = ["F32", "BF16", "F16"]
+
+/**
  * Reads the weights of a Hugging Face model directory for `config`: every parameter present
  * with the shape the config implies, no tensor left over (but a tied `lm_head.weight`, which
  * some files repeat, and RoPE buffers).
  */
-export const readHfWeights = async (dir: string, config: ModelConfig): Promise<Weights> => {
+export const readHfWeights = (dir: string, config: ModelConfig): Promise<Weights> => readHfParameters(dir, config, arraySink)
+
+/**
+ * `readHfWeights` into destinations of the caller's (`sink`). Everything the headers can tell —
+ * missing, misshapen, unexpected tensors, dtypes, the recorded version — is checked before any
+ * data is read; then each file is read once, in file order (its checksum computed on the way),
+ * every chunk converted and transposed straight into its destination: no fresh array per tensor.
+ */
+export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink: WeightSink<T>): Promise<Record<string, T>> => {
   const shards = await shardMap(dir)
   const fileOf = (hf: string) => shards.get(hf) ?? (shards.size === 0 ? HF_WEIGHTS_FILE : undefined)
   const readers = new Map<string, SafetensorsReader>()
@@ -127,10 +176,12 @@ export const readHfWeights = async (dir: string, config: ModelConfig): Promise<W
     }
     return r
   }
+  const out = new Map<string, T>()
   try {
-    const weights: Weights = {}
+    const plan = new Map<string, Map<string, Target>>() // file → stored name → target
     const expected = new Set<string>()
-    for (const [name, shape] of Object.entries(parameterShapes(config))) {
+    const shapes = parameterShapes(config)
+    for (const [name, shape] of Object.entries(shapes)) {
       const { hf, transpose: t } = hfName(name)
       expected.add(hf)
       const file = fileOf(hf)
@@ -143,18 +194,13 @@ export const readHfWeights = async (dir: string, config: ModelConfig): Promise<W
       if (header.shape.join(",") !== stored.join(",")) {
         throw new HfWeightsError(full, `tensor ${hf} is [${header.shape.join(", ")}], config.json implies [${stored.join(", ")}]`)
       }
-      let values: Float32Array
-      try {
-        const entry = await reader.read(hf)
-        values = toF32(entry.dtype, entry.data)
-      } catch (e) {
-        throw new HfWeightsError(full, `tensor ${hf}: ${(e as Error).message}`)
-      }
-      weights[name] = t ? transpose(values, stored[0]!, stored[1]!) : values
+      if (!FLOAT_DTYPES.includes(header.dtype)) throw new HfWeightsError(full, `tensor ${hf}: dtype ${header.dtype} is not a float format this loader converts (F32, BF16, F16)`)
+      if (!plan.has(file)) plan.set(file, new Map())
+      plan.get(file)!.set(hf, { name, shape, stored, transpose: t })
     }
     // Every tensor of the files must be one the model uses.
     if (config.tieEmbeddings) expected.add("lm_head.weight")
-    const files = shards.size > 0 ? new Set(shards.values()) : new Set([HF_WEIGHTS_FILE])
+    const files = shards.size > 0 ? [...new Set(shards.values())] : [HF_WEIGHTS_FILE]
     for (const file of files) {
       const reader = await open(file)
       // reins records the policy version in both files; config.json is written last, so a save
@@ -166,13 +212,37 @@ export const readHfWeights = async (dir: string, config: ModelConfig): Promise<W
       for (const name of reader.header.tensors.keys()) {
         if (!expected.has(name) && !IGNORED.test(name)) throw new HfWeightsError(path.join(dir, file), `unexpected tensor ${name} (config.json does not use it)`)
       }
+    }
+    let converted = new Float32Array(0) // a transposed chunk's float32 values before the transpose
+    for (const file of files) {
+      const targets = plan.get(file) ?? new Map<string, Target>()
+      const reader = await open(file)
       try {
-        await reader.verifyChecksum()
+        await reader.scan((hf) => targets.has(hf), (hf, tensor, bytes, first) => {
+          const target = targets.get(hf)!
+          let dest = out.get(target.name)
+          if (dest === undefined) out.set(target.name, (dest = sink.alloc(target.name, target.shape)))
+          const stored = typedValues(bytes, tensor.dtype, true)
+          const n = stored.length
+          if (!target.transpose) {
+            toF32(tensor.dtype, stored, sink.values(dest).subarray(first, first + n))
+            return
+          }
+          if (converted.length < n) converted = new Float32Array(n)
+          const values = tensor.dtype === "F32" ? (stored as Float32Array) : toF32(tensor.dtype, stored, converted.subarray(0, n))
+          const [rows, cols] = target.stored as [number, number]
+          transposeRows(values, sink.values(dest), rows, cols, first / cols, n / cols)
+        })
       } catch (e) {
         throw new HfWeightsError(path.join(dir, file), (e as Error).message)
       }
     }
-    return weights
+    // Tensors with no elements were never visited.
+    for (const [name, shape] of Object.entries(shapes)) if (!out.has(name)) out.set(name, sink.alloc(name, shape))
+    return Object.fromEntries(out)
+  } catch (e) {
+    for (const dest of out.values()) sink.dispose(dest)
+    throw e
   } finally {
     await Promise.all([...readers.values()].map((r) => r.close()))
   }

@@ -1,0 +1,147 @@
+/**
+ * The dense products of the training pass, each with a hand-written gradient made only of
+ * untransposed rank-2 matmuls: on the wasm backend XNNPACK's fast matmul is used for `a·b`
+ * without transpose flags alone (with `transposeB` the same product runs ~10x slower), so every
+ * gradient transposes explicitly (`transpose2d`, a JS copy 3x faster than tfjs's kernel there).
+ *
+ * Which gradients a product needs depends on what is trained, and tfjs cannot tell a custom
+ * gradient: `customGrad` computes every input's gradient whether or not it is used. So there is
+ * one op per case:
+ *
+ *   matmul        x·W, W trained: dx = dy·Wᵀ and dW = xᵀ·dy
+ *   frozenMatmul  x·W, W frozen (LoRA's base weights): dx only, so the backward pass costs one
+ *                 forward, not two; W is an input of the op no more, so no gradient reaches it
+ *   loraLinear    x·W + scale·(x'·A)·B, W frozen, A and B trained (x' is x, or x with LoRA's
+ *                 dropout): one op, so the pass keeps one output and one gradient per adapted
+ *                 layer instead of five (tfjs holds every op's output and gradient until the
+ *                 whole backward pass is done, which bounds the micro-batch the heap holds)
+ *   tiedHead      h·Eᵀ for a head tied to the embedding E [vocab, d], E trained: the forward
+ *                 uses Eᵀ (transposed once per change of E, see Transformer), dh = dy·E needs
+ *                 no transpose, dE = (hᵀ·dy)ᵀ
+ */
+import * as tf from "@tensorflow/tfjs"
+import { backward, isWasm, view } from "./heap.js"
+
+/** `out[j·r + i] = src[i·c + j]` for a row-major [r, c] matrix, in 16×16 blocks (both sides stay in cache). */
+export const transposeInto = (src: Float32Array, out: Float32Array, r: number, c: number): void => {
+  for (let i0 = 0; i0 < r; i0 += 16) {
+    const i1 = Math.min(r, i0 + 16)
+    for (let j0 = 0; j0 < c; j0 += 16) {
+      const j1 = Math.min(c, j0 + 16)
+      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) out[j * r + i] = src[i * c + j]!
+    }
+  }
+}
+
+/**
+ * `xᵀ` of a rank-2 tensor; on wasm a JS copy straight into the new tensor's memory (no
+ * intermediate array: the transposed head is 28M floats for a 49k vocabulary).
+ */
+export const transpose2d = (x: tf.Tensor2D): tf.Tensor2D => {
+  if (!isWasm()) return tf.transpose(x)
+  const [r, c] = x.shape
+  const out = tf.fill([c, r], 0) as tf.Tensor2D
+  // Both views after the allocation: a view does not outlive one.
+  transposeInto(view(x), view(out), r, c)
+  return out
+}
+
+/** `a·b` for rank-2 tensors, both trained (or feeding something trained). */
+export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.customGrad(
+  // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
+  (a: tf.Tensor2D, b: tf.Tensor2D, save: tf.GradSaveFunc) => {
+    save([a, b])
+    return {
+      value: tf.matMul(a, b),
+      gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
+        backward(dy, saved, () => {
+          const [sa, sb] = saved as [tf.Tensor2D, tf.Tensor2D]
+          const bt = transpose2d(sb)
+          const da = tf.matMul(dy, bt)
+          bt.dispose()
+          const at = transpose2d(sa)
+          const db = tf.matMul(at, dy)
+          at.dispose()
+          return [da, db]
+        })
+    }
+  }
+) as never
+
+/**
+ * `x·w` with `w` frozen: the gradient reaches x alone. `wT`, when the caller keeps it, is `wᵀ`
+ * (else it is transposed in the backward pass, and dropped after).
+ */
+export const frozenMatmul = (x: tf.Tensor2D, w: tf.Tensor2D, wT?: tf.Tensor2D): tf.Tensor2D =>
+  (
+    tf.customGrad(
+      // @ts-expect-error see matmul
+      (x: tf.Tensor2D) => ({
+        value: tf.matMul(x, w),
+        gradFunc: (dy: tf.Tensor2D) =>
+          backward(dy, [], () => {
+            if (wT !== undefined) return [tf.matMul(dy, wT)]
+            const t = transpose2d(w)
+            const dx = tf.matMul(dy, t)
+            t.dispose()
+            return [dx]
+          })
+      })
+    ) as (x: tf.Tensor2D) => tf.Tensor2D
+  )(x)
+
+/** `x·w + scale·(xd·a)·b` with `w` frozen (see the module comment); gradients reach x, xd, a and b. */
+export const loraLinear = (x: tf.Tensor2D, xd: tf.Tensor2D, w: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, scale: number): tf.Tensor2D =>
+  (
+    tf.customGrad(
+      // @ts-expect-error see matmul
+      (x: tf.Tensor2D, xd: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, save: tf.GradSaveFunc) => {
+        const xa = tf.mul(tf.matMul(xd, a), scale) as tf.Tensor2D // [N, rank]
+        save([xd, a, b, xa])
+        return {
+          value: tf.add(tf.matMul(x, w), tf.matMul(xa, b)),
+          gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
+            backward(dy, saved, () => {
+              const [sxd, sa, sb, sxa] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D]
+              const t = (m: tf.Tensor2D) => transpose2d(m)
+              const wT = t(w)
+              const dx = tf.matMul(dy, wT)
+              const bT = t(sb)
+              const dxa = tf.mul(tf.matMul(dy, bT), scale) as tf.Tensor2D // d(xd·a)
+              const xaT = t(sxa)
+              const db = tf.matMul(xaT, dy)
+              const xdT = t(sxd)
+              const da = tf.matMul(xdT, dxa)
+              const aT = t(sa)
+              const dxd = tf.matMul(dxa, aT)
+              tf.dispose([wT, bT, xaT, xdT, aT, dxa])
+              return [dx, dxd, da, db]
+            })
+        }
+      }
+    ) as (x: tf.Tensor2D, xd: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D
+  )(x, xd, a, b)
+
+/** `h·Eᵀ` for a trained embedding E [vocab, d], given `eT` = Eᵀ [d, vocab] (see the module comment). */
+export const tiedHead = (h: tf.Tensor2D, e: tf.Tensor2D, eT: tf.Tensor2D): tf.Tensor2D =>
+  (
+    tf.customGrad(
+      // @ts-expect-error see matmul
+      (h: tf.Tensor2D, e: tf.Tensor2D, save: tf.GradSaveFunc) => {
+        save([h, e])
+        return {
+          value: tf.matMul(h, eT),
+          gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
+            backward(dy, saved, () => {
+              const [sh, se] = saved as [tf.Tensor2D, tf.Tensor2D]
+              const dh = tf.matMul(dy, se)
+              const ht = transpose2d(sh)
+              const deT = tf.matMul(ht, dy) as tf.Tensor2D // [d, vocab]
+              const de = transpose2d(deT)
+              tf.dispose([ht, deT])
+              return [dh, de]
+            })
+        }
+      }
+    ) as (h: tf.Tensor2D, e: tf.Tensor2D) => tf.Tensor2D
+  )(h, e)
