@@ -71,5 +71,6 @@ export class FastEngineDecoder implements Decoder<KvCache> {
 
   dispose(): void {
     this.weights.dispose()
+    this.decoder.dispose()
   }
 }
