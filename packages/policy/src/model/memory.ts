@@ -3,10 +3,12 @@
  * weight is read, so a checkpoint too large for it fails in a second with a message saying what
  * it needs, not minutes later with an allocation error.
  *
- * The wasm heap holds the weights twice while serving (the training variables and the engine's
- * decoding snapshot), and for full fine-tuning also a gradient and AdamW's two moments per
- * weight. With LoRA only the adapters have gradients and moments, so serving's figure stands.
- * Activations and KV caches come on top, so the estimate is a lower bound.
+ * The wasm heap holds the weights about twice while serving: the variables, and XNNPACK's
+ * packed copy of every matrix it multiplies by (the engine's decoding snapshot shares the
+ * variables' memory, but fuses q/k/v into a copy and, with LoRA, holds the merged matrices);
+ * for full fine-tuning also a gradient and AdamW's two moments per weight. With LoRA only the
+ * adapters have gradients and moments, so serving's figure stands. Activations and KV caches
+ * come on top, so the estimate is a lower bound.
  */
 import { type ModelConfig, parameterCount } from "./config.js"
 
