@@ -33,7 +33,7 @@ import { isWasm, view } from "../model/heap.js"
 import { decodeHfConfig, type HfModelConfig } from "./hf/config.js"
 import { asHfModel, hfModelFiles, isHfConfig, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
-import { HfWeightsError, readHfParameters, readHfWeights, type WeightSink } from "./hf/weights.js"
+import { arraySink, HfWeightsError, readHfParameters, type WeightSink } from "./hf/weights.js"
 import { decodeSafetensors, encodeSafetensors, type TensorEntry } from "./safetensors.js"
 
 /** config.json of the format reins used before its models became Hugging Face ones. */
@@ -116,7 +116,7 @@ const write = (file: string, data: string | Uint8Array) =>
  * merged in, at the adapter's policy version.
  */
 export const loadModelDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
-  Effect.suspend(() => (isAdapterDir(dir) ? loadAdapterDir(dir) : loadFullModelDir(dir)))
+  Effect.suspend(() => (isAdapterDir(dir) ? loadAdapterDir(dir) : loadFullModelDir(dir, arraySink)))
 
 /** A LoRA checkpoint: a PEFT adapter directory without config.json. */
 const isAdapterDir = (dir: string): boolean => existsSync(path.join(dir, ADAPTER_CONFIG_FILE)) && !existsSync(path.join(dir, CONFIG_FILE))
@@ -143,7 +143,7 @@ const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =
     const baseName = raw?.["base_model_name_or_path"]
     if (typeof baseName !== "string" || baseName === "") return yield* fail(file, "base_model_name_or_path does not name the base model's directory")
     const baseDir = path.resolve(dir, baseName)
-    const base = yield* loadFullModelDir(baseDir)
+    const base = yield* loadFullModelDir(baseDir, arraySink)
     const adapter = yield* Effect.tryPromise({ try: () => readPeftAdapter(dir, base.config), catch: (e) => fail(file, reason(e), e) })
     const version = typeof raw["reins_policy_version"] === "number" ? (raw["reins_policy_version"] as number) : base.config.version
     return { ...base, config: base.config.withVersion(version), weights: mergeAdapters(base.config, adapter.lora, base.weights, adapter.adapters) }
@@ -163,7 +163,7 @@ const heapSink: WeightSink<tf.Tensor> = { alloc: (_, shape) => tf.fill([...shape
  * Reads and checks everything but the weights first, then the weights through `sink` — last,
  * so that nothing can fail once they are in memory.
  */
-const loadFullModelDir = <T = Float32Array>(dir: string, sink?: WeightSink<T>): Effect.Effect<ModelDirOf<T>, CheckpointError> =>
+const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>): Effect.Effect<ModelDirOf<T>, CheckpointError> =>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(configFile)
@@ -200,7 +200,7 @@ const loadFullModelDir = <T = Float32Array>(dir: string, sink?: WeightSink<T>): 
       if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
     }
     const weights = yield* Effect.tryPromise({
-      try: () => (sink === undefined ? (readHfWeights(dir, config) as Promise<Record<string, T>>) : readHfParameters(dir, config, sink)),
+      try: () => readHfParameters(dir, config, sink),
       // HfWeightsError names its file.
       catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
     })

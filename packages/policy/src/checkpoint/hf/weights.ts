@@ -117,7 +117,8 @@ export interface WeightSink<T> {
   dispose(dest: T): void
 }
 
-const arraySink: WeightSink<Float32Array> = {
+/** Each parameter into a fresh Float32Array. */
+export const arraySink: WeightSink<Float32Array> = {
   alloc: (_, shape) => new Float32Array(shape.reduce((a, b) => a * b, 1)),
   values: (a) => a,
   dispose: () => {}
