@@ -7,7 +7,7 @@
  */
 import Anthropic from "@anthropic-ai/sdk"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Running, startGateway } from "./harness.js"
+import { callsOf as recordedCalls, isPrefix, type Running, startGateway } from "./harness.js"
 import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
 
 const inputSchema = { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
@@ -42,12 +42,11 @@ afterAll(async () => {
 })
 
 /** The SDK as a harness uses it: ANTHROPIC_BASE_URL is the Gateway (without /v1), the attempt key as the API key. */
+const callsOf = (rolloutId: string) => recordedCalls(gw, rolloutId)
 const client = async () => {
   const a = await gw.attempt()
   return { ...a, anthropic: new Anthropic({ baseURL: gw.url, apiKey: a.key, maxRetries: 0 }) }
 }
-const callsOf = async (rolloutId: string) => (await gw.admin(`/api/rollouts/${rolloutId}`)).json.calls as Array<any>
-const isPrefix = (prefix: ReadonlyArray<number>, of: ReadonlyArray<number>) => prefix.length <= of.length && prefix.every((v, i) => of[i] === v)
 
 /**
  * Greedy decoding, so the taught replies come back exactly. The 1.x SDK's types no longer list

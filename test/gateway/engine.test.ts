@@ -7,7 +7,7 @@ import { ChatTemplate, DEFAULT_CHAT_TEMPLATE } from "@reins/policy"
 import OpenAI from "openai"
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Running, startGateway } from "./harness.js"
+import { isPrefix, type Running, startGateway } from "./harness.js"
 import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
 
 const tools: Array<ChatCompletionTool> = [
@@ -51,7 +51,6 @@ const client = async () => {
   return { ...a, openai: new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 }) }
 }
 
-const isPrefix = (prefix: ReadonlyArray<number>, of: ReadonlyArray<number>) => prefix.length <= of.length && prefix.every((v, i) => of[i] === v)
 
 describe("engine path", () => {
   it("answers a plain chat call in OpenAI's shape with token ids", async () => {

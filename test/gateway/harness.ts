@@ -68,3 +68,10 @@ export const startGateway = async (
     throw e
   }
 }
+
+/** True when `prefix` is where `of` starts: a later call's prompt extends an earlier call's ids. */
+export const isPrefix = (prefix: ReadonlyArray<number>, of: ReadonlyArray<number>): boolean =>
+  prefix.length <= of.length && prefix.every((v, i) => of[i] === v)
+
+/** The recorded calls of a rollout, as the admin API shows them. */
+export const callsOf = async (gw: Running, rolloutId: string): Promise<Array<any>> => (await gw.admin(`/api/rollouts/${rolloutId}`)).json.calls as Array<any>

@@ -8,7 +8,7 @@
 import OpenAI from "openai"
 import type { FunctionTool, ResponseInputItem, ResponseStreamEvent } from "openai/resources/responses/responses"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Running, startGateway } from "./harness.js"
+import { callsOf as recordedCalls, isPrefix, type Running, startGateway } from "./harness.js"
 import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
 
 const parameters = { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
@@ -42,12 +42,11 @@ afterAll(async () => {
   await policy?.close()
 })
 
+const callsOf = (rolloutId: string) => recordedCalls(gw, rolloutId)
 const client = async () => {
   const a = await gw.attempt()
   return { ...a, openai: new OpenAI({ baseURL: a.baseUrl, apiKey: a.key, maxRetries: 0 }) }
 }
-const callsOf = async (rolloutId: string) => (await gw.admin(`/api/rollouts/${rolloutId}`)).json.calls as Array<any>
-const isPrefix = (prefix: ReadonlyArray<number>, of: ReadonlyArray<number>) => prefix.length <= of.length && prefix.every((v, i) => of[i] === v)
 
 /** Each call after the first extends the one before it exactly. */
 const expectChain = (calls: Array<any>) => {
