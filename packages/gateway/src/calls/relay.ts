@@ -10,10 +10,10 @@
 import { HttpServerResponse } from "@effect/platform"
 import { Effect, Exit, Stream } from "effect"
 import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
-import { type ApiError, badRequest, upstreamError } from "../http/errors.js"
+import { type ApiError, upstreamError } from "../http/errors.js"
 import { SSE_HEADERS } from "../http/sse.js"
 import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
-import { admit, recordOnce } from "./steps.js"
+import { admitForUpstream, recordOnce } from "./steps.js"
 
 type Json = Record<string, any>
 
@@ -77,12 +77,7 @@ export const relay = (
   headers: Readonly<Record<string, string>>
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
   Effect.gen(function* () {
-    if (typeof body.model !== "string") {
-      const error = badRequest("'model' is required.", "model", "missing_required_parameter")
-      yield* recordError(env, ctx, error, body)
-      return yield* Effect.fail(error)
-    }
-    const admission = yield* admit(env, ctx, body)
+    const { admission, model } = yield* admitForUpstream(env, ctx, body)
     const startedAt = Date.now()
     let firstEventAt: number | null = null
     const record = recordOnce((status: number, response: Json | null, error: string | null, responseJson?: string) =>
@@ -90,7 +85,7 @@ export const relay = (
         attemptId: ctx.attempt.id,
         endpoint: ctx.endpoint,
         protocol: ctx.protocol,
-        model: body.model,
+        model,
         status,
         error,
         request: body,

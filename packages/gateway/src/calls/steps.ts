@@ -4,7 +4,7 @@
  */
 import { Effect } from "effect"
 import type { Admission } from "../gate/PauseGate.js"
-import { type ApiError, heldTooLong, shuttingDown } from "../http/errors.js"
+import { type ApiError, badRequest, heldTooLong, shuttingDown } from "../http/errors.js"
 import { type CallContext, type CallEnv, recordError } from "./env.js"
 
 /** What a refused admission records besides the error (the prompt built so far, when there is one). */
@@ -25,6 +25,21 @@ export const admit = (env: CallEnv, ctx: CallContext, request: unknown, extra: A
       GateClosed: () => Effect.fail(shuttingDown())
     })
   )
+
+/**
+ * Admission of a call an upstream serves: the body goes on as received, so the one thing checked
+ * here is what every upstream needs, the model (recorded as the call's error when missing).
+ */
+export const admitForUpstream = (env: CallEnv, ctx: CallContext, body: Record<string, unknown>): Effect.Effect<{ readonly admission: Admission; readonly model: string }, ApiError> =>
+  Effect.gen(function* () {
+    const model = body.model
+    if (typeof model !== "string") {
+      const error = badRequest("'model' is required.", "model", "missing_required_parameter")
+      yield* recordError(env, ctx, error, body)
+      return yield* Effect.fail(error)
+    }
+    return { admission: yield* admit(env, ctx, body), model }
+  })
 
 /**
  * A call's one record: the first of success, failure or cancellation wins, and an interrupt (the

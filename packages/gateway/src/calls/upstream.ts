@@ -10,12 +10,12 @@ import { HttpServerResponse } from "@effect/platform"
 import type { ChatMessage } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
 import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
-import { type ApiError, badRequest, errorBody, upstreamError } from "../http/errors.js"
+import { type ApiError, errorBody, upstreamError } from "../http/errors.js"
 import { SSE_HEADERS } from "../http/sse.js"
 import { messageKeys, toolsKey } from "../prompt/keys.js"
 import { classifyBreak, findMatch, type Reuse, type Turn } from "../prompt/reuse.js"
 import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
-import { admit, recordOnce } from "./steps.js"
+import { admitForUpstream, recordOnce } from "./steps.js"
 
 type Json = Record<string, any>
 
@@ -152,12 +152,7 @@ export const proxy = (
   text: string
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiError> =>
   Effect.gen(function* () {
-    if (typeof body.model !== "string") {
-      const error = badRequest("'model' is required.", "model", "missing_required_parameter")
-      yield* recordError(env, ctx, error, body)
-      return yield* Effect.fail(error)
-    }
-    const admission = yield* admit(env, ctx, body)
+    const { admission, model } = yield* admitForUpstream(env, ctx, body)
     const startedAt = Date.now()
     const turns = ctx.endpoint === "chat.completions" ? yield* env.conversations.turns(ctx.attempt.id) : []
     const { forward, stripLogprobs } = forwardBody(upstream, ctx, body, text)
@@ -171,7 +166,7 @@ export const proxy = (
         attemptId: ctx.attempt.id,
         endpoint: ctx.endpoint,
         protocol: ctx.protocol,
-        model: body.model,
+        model,
         status,
         error,
         request: body,
