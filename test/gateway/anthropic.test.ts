@@ -171,10 +171,17 @@ describe("Anthropic Messages", () => {
     const unknownModel = await post("/v1/messages", { model: "claude-nope", max_tokens: 16, messages: user }, { authorization: `Bearer ${key}` })
     expect(unknownModel.status).toBe(404)
     expect(((await unknownModel.json()) as any).error.type).toBe("not_found_error")
+    // A Messages route the Gateway does not serve answers in Anthropic's shape too (the SDK reads it).
+    const batches = await post("/v1/messages/batches", { requests: [] }, { "x-api-key": key })
+    expect(batches.status).toBe(404)
+    expect(await batches.json()).toEqual({ type: "error", error: { type: "not_found_error", message: "Invalid URL (POST /v1/messages/batches)" } })
     // The SDK maps the statuses to its error classes.
     const bad = new Anthropic({ baseURL: gw.url, apiKey: "rk-wrong", maxRetries: 0 })
     expect(await bad.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: "user", content: "x" }] }).catch((e) => e)).toBeInstanceOf(Anthropic.AuthenticationError)
     const ok = new Anthropic({ baseURL: gw.url, apiKey: key, maxRetries: 0 })
+    const batch = await ok.messages.batches.retrieve("msgbatch_x").catch((e) => e)
+    expect(batch).toBeInstanceOf(Anthropic.NotFoundError)
+    expect(batch.error).toMatchObject({ type: "error", error: { type: "not_found_error" } })
     const refused = await ok.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "any" } }).catch((e) => e)
     expect(refused).toBeInstanceOf(Anthropic.BadRequestError)
     expect(refused.error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } })

@@ -1,7 +1,7 @@
 /**
  * The Gateway's HTTP app: every route, errors in the route's protocol shape (OpenAI's, or
  * Anthropic's on the Messages routes) for everything that goes wrong (unexpected failures
- * included; unknown routes get OpenAI's), and request metrics.
+ * included; unknown routes get OpenAI's, but Anthropic's under /v1/messages), and request metrics.
  */
 import { HttpRouter, type HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
@@ -93,10 +93,15 @@ export const makeRouter = (env: AppEnv) =>
     HttpRouter.empty
   )
 
-/** The router as an app: unknown routes answer 404 in OpenAI's shape. */
+/**
+ * The router as an app: unknown routes answer 404 in OpenAI's shape, except under `/v1/messages`,
+ * where an Anthropic client (e.g. a newer SDK's `/v1/messages/batches`) reads Anthropic's.
+ */
 export const makeApp = (env: AppEnv): HttpApp.Default =>
   makeRouter(env).pipe(
-    Effect.catchTag("RouteNotFound", (e) =>
-      Effect.succeed(toResponse(unknownRoute(e.request.method, new URL(e.request.url, "http://x").pathname)))
-    )
+    Effect.catchTag("RouteNotFound", (e) => {
+      const path = new URL(e.request.url, "http://x").pathname
+      const error = unknownRoute(e.request.method, path)
+      return Effect.succeed(path === "/v1/messages" || path.startsWith("/v1/messages/") ? toAnthropicResponse(error) : toResponse(error))
+    })
   )
