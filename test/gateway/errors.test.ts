@@ -146,6 +146,10 @@ describe("bodies the store cannot re-serialize", () => {
       ["responses", 400],
       ["messages", 400]
     ])
+    // The admin view of the rollout still renders.
+    const view = await gw.admin(`/api/rollouts/${a.rolloutId}`)
+    expect(view.status, JSON.stringify(view.json).slice(0, 300)).toBe(200)
+    expect(view.json.calls.map((c: any) => [c.status, c.request, c.unrenderable])).toEqual([400, 400, 400].map((s) => [s, null, ["request"]]))
   })
 })
 

@@ -11,7 +11,7 @@ import { readJson } from "../body.js"
 import { type ApiError, badRequest, conflict, internal, notFound, unknownParameter } from "../errors.js"
 import { SSE_HEADERS } from "../sse.js"
 import type { AppEnv } from "./env.js"
-import { attemptJson, callJson, eventJson, rewardJson, rolloutJson } from "./json.js"
+import { attemptJson, callJson, callJsonSafe, eventJson, rewardJson, rolloutJson } from "./json.js"
 
 type Headers = Readonly<Record<string, string | undefined>>
 
@@ -99,12 +99,18 @@ export const getRollout = (env: AppEnv) =>
     env,
     Effect.gen(function* () {
       const d = yield* env.store.rollout(yield* param("id")).pipe(Effect.mapError(storeFailure))
-      return HttpServerResponse.unsafeJson({
+      const view = (calls: typeof d.calls, render: typeof callJson) => ({
         ...rolloutJson(d.rollout),
         attempts: d.attempts.map(attemptJson),
-        calls: d.calls.map(callJson),
+        calls: calls.map(render),
         rewards: d.rewards.map(rewardJson)
       })
+      // The common case writes once; only a view that cannot write looks for the call at fault.
+      try {
+        return HttpServerResponse.text(JSON.stringify(view(d.calls, callJson)), { contentType: "application/json" })
+      } catch {
+        return HttpServerResponse.unsafeJson(view(d.calls, callJsonSafe))
+      }
     })
   )
 

@@ -51,6 +51,27 @@ export const callJson = (c: LlmCall) => ({
   response: c.response
 })
 
+/**
+ * A value JSON can write back, or null: a body nested deeper than the stack (accepted and stored
+ * as received, answered 400) would otherwise turn every view of its rollout into a 500.
+ */
+const renderable = (value: unknown): boolean => {
+  try {
+    JSON.stringify(value)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** `callJson` for a call whose request or response JSON cannot write: those become null, and `unrenderable` names them. */
+export const callJsonSafe = (c: LlmCall) => {
+  const json = callJson(c)
+  const bad = (["request", "response"] as const).filter((k) => !renderable(json[k]))
+  if (bad.length === 0) return json
+  return { ...json, ...Object.fromEntries(bad.map((k) => [k, null])), unrenderable: bad }
+}
+
 export const rewardJson = (r: Reward) => ({
   id: r.id,
   rollout_id: r.rolloutId,
