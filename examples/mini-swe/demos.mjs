@@ -38,8 +38,24 @@ const toolCallId = (r) => {
   return `call_${Array.from({ length: 12 }, () => alphabet[r.int(0, 63)]).join("")}0`
 }
 
-/** One conversation of the given kind, with the tools really run on a temp copy of the package. */
+/** A test run killed by its timeout: the machine was too busy, not a fact about the demo. */
+class TestsTimedOut extends Error {}
+const ATTEMPTS = 3
+
+/** One conversation of the given kind; a demo whose tests timed out is made again (up to 3 times). */
 const demo = async (task, plan) => {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await demoOnce(task, plan)
+    } catch (e) {
+      if (!(e instanceof TestsTimedOut) || attempt === ATTEMPTS) throw e
+      process.stderr.write(`demos: ${e.message}; making it again (attempt ${attempt + 1} of ${ATTEMPTS})\n`)
+    }
+  }
+}
+
+/** One conversation of the given kind, with the tools really run on a temp copy of the package. */
+const demoOnce = async (task, plan) => {
   const messages = firstMessages(task.input)
   if (plan.kind === "no-tool") return [...messages, assistantMessage(FINAL["no-tool"])]
   const ws = openWorkspace(packageFiles(task.input), "mini-swe-demo-")
@@ -49,6 +65,7 @@ const demo = async (task, plan) => {
     messages.push(assistantMessage(null, [c]))
     // A generous timeout: no demo edit can hang, and a busy machine must not turn a pass into a timeout.
     const result = await runToolCall(ws, c, { timeoutMs: 30_000 })
+    if (result.startsWith("error: tests killed after")) throw new TestsTimedOut(`task ${task.id}: ${result}`)
     messages.push({ role: "tool", tool_call_id: id, content: result })
     results.push(result)
     return result
