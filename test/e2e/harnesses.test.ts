@@ -7,55 +7,12 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { defaultModelConfig, defaultTokenizer, initModelDir } from "@reins/policy"
-import { HarnessSpec, Task, VerifierSpec } from "@reins/protocol"
-import { Context, Effect, Layer, Stream } from "effect"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
-import os from "node:os"
+import { Task } from "@reins/protocol"
+import { Effect, Stream } from "effect"
+import { readFileSync } from "node:fs"
 import path from "node:path"
-import { fileURLToPath } from "node:url"
-import { EvalConfig, loadRunConfig, Reins, RunConfig, type TrainerEvent, trainerConfig } from "reins"
-
-const example = (name: string) => fileURLToPath(new URL(`../../examples/${name}/reins.config.json`, import.meta.url))
-
-/**
- * The example's run in temp folders. Its processes run at niceness 0 rather than the launcher's
- * default 19: a test shares the machine with other work, and at 19 the harnesses starve into
- * their timeouts (a run's own harnesses and the device compete fairly either way).
- */
-const tempRun = (run: RunConfig, dir: string, fields: Partial<ConstructorParameters<typeof RunConfig>[0]> = {}) =>
-  new RunConfig({
-    ...run,
-    harness: new HarnessSpec({ ...run.harness, nice: 0, ...(run.harness.verifier === undefined ? {} : { verifier: new VerifierSpec({ ...run.harness.verifier, nice: 0 }) }) }),
-    runs_dir: path.join(dir, "runs"),
-    data_dir: path.join(dir, "data"),
-    concurrency: 8,
-    eval: new EvalConfig({ ...run.eval, enabled: false }),
-    ...fields
-  })
-
-const tempDir = Effect.acquireRelease(
-  Effect.sync(() => mkdtempSync(path.join(os.tmpdir(), "reins-e2e-"))),
-  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
-)
-
-/** The stack, alive for the rest of the test's scope. */
-const startReins = (run: RunConfig) => Effect.map(Layer.build(Reins.local({ run })), (context) => Context.get(context, Reins.Reins))
-
-/** Every rollout's calls: statuses, and whether each call's prompt extends the one before. */
-const recorded = (reins: Reins.ReinsService) =>
-  Effect.gen(function*() {
-    const page = yield* reins.stack.store.rollouts({ limit: 1000 })
-    return yield* Effect.forEach(page.rollouts, (r) =>
-      Effect.map(reins.stack.store.rollout(r.id), (d) => {
-        const calls = [...d.calls].sort((a, b) => a.seq - b.seq)
-        const chained = calls.every((c, i) => {
-          if (i === 0) return true
-          const before = [...calls[i - 1]!.promptIds, ...calls[i - 1]!.outputIds]
-          return before.every((t, j) => c.promptIds[j] === t)
-        })
-        return { rollout: r, calls, chained }
-      }))
-  })
+import { loadRunConfig, type TrainerEvent, trainerConfig } from "reins"
+import { example, recorded, startReins, tempDir, tempRun } from "./run.js"
 
 describe("end to end through the example harnesses", () => {
   it.scopedLive("calc: two versions from the shipped base policy", () =>
