@@ -1,13 +1,21 @@
 /**
- * `npm run bench -- gateway [--seconds N] [--requests N]`: what the Gateway adds to a model call.
+ * `npm run bench -- gateway [--seconds N] [--requests N]`: what the Gateway adds to a model call,
+ * on each API a harness speaks: OpenAI chat completions (`/v1/chat/completions`), the OpenAI
+ * Responses API (`/v1/responses`) and Anthropic Messages (`/v1/messages`).
  *
- * A fast fake OpenAI upstream runs on loopback (its own process). In one run we measure:
+ * A fast fake upstream that speaks all three runs on loopback (its own process). In one run we
+ * measure, per route:
  * - direct: the client calls the upstream;
  * - reins: through `reins serve --upstream` (recording on: every call written to SQLite before
- *   its response, verified by counting the rows afterwards);
- * - portkey: through the Portkey AI gateway (@portkey-ai/gateway 1.15.2), the reference LLM gateway.
- * Latency at 1 client (p50/p99, sequential requests), added latency = target − direct, and
- * requests/s at 1 and 64 concurrent clients. Every process is a child on 127.0.0.1.
+ *   its response, verified by counting each route's rows afterwards). Chat goes through reins's
+ *   chat proxy; Responses and Messages are relayed to the upstream as received;
+ * - portkey: through the Portkey AI gateway (@portkey-ai/gateway 1.15.2), the reference LLM
+ *   gateway: provider `openai` with `x-portkey-custom-host` for chat and Responses, provider
+ *   `anthropic` with the same custom host for Messages.
+ * Latency at 1 client (p50/p99, sequential requests), added latency = target − direct on the same
+ * route, and requests/s at 1 and 64 concurrent clients. Every process is a child on 127.0.0.1.
+ * `--requests` (sequential requests per route and target, default 2000) and `--seconds` (the
+ * 64-client phase per route and target, default 5) shorten a smoke run.
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { Effect } from "effect"
@@ -22,27 +30,79 @@ import { percentile, writeReport } from "./report.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 const ADMIN = "bench-admin-token"
+const ANSWER = "The answer is 42."
 
-/** The upstream: answers every chat completion with the same small body, as fast as node can. */
+/**
+ * The upstream: answers every call of a route with the same small body in that protocol's shape
+ * (a chat completion, a Responses `response`, a Messages `message`), as fast as node can.
+ */
 const UPSTREAM = `
 import { createServer } from "node:http"
-const body = JSON.stringify({ id: "chatcmpl-bench", object: "chat.completion", created: 1, model: "bench-model",
-  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 42." }, logprobs: null, finish_reason: "stop" }],
-  usage: { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 } })
+const TEXT = ${JSON.stringify(ANSWER)}
+const bodies = {
+  "/v1/chat/completions": { id: "chatcmpl-bench", object: "chat.completion", created: 1, model: "bench-model",
+    choices: [{ index: 0, message: { role: "assistant", content: TEXT }, logprobs: null, finish_reason: "stop" }],
+    usage: { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 } },
+  "/v1/responses": { id: "resp_bench", object: "response", created_at: 1, status: "completed", error: null, incomplete_details: null,
+    model: "bench-model", instructions: "You are terse.", max_output_tokens: 16, store: false, previous_response_id: null,
+    output: [{ type: "message", id: "msg_bench", status: "completed", role: "assistant", content: [{ type: "output_text", text: TEXT, annotations: [] }] }],
+    usage: { input_tokens: 12, input_tokens_details: { cached_tokens: 0 }, output_tokens: 6, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 18 } },
+  "/v1/messages": { id: "msg_bench", type: "message", role: "assistant", model: "bench-model", content: [{ type: "text", text: TEXT }],
+    stop_reason: "end_turn", stop_sequence: null, usage: { input_tokens: 12, output_tokens: 6 } }
+}
+const encoded = Object.fromEntries(Object.entries(bodies).map(([route, body]) => [route, JSON.stringify(body)]))
 const server = createServer((req, res) => {
   req.resume()
-  req.on("end", () => { res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }); res.end(body) })
+  req.on("end", () => {
+    const body = encoded[req.url.split("?")[0]]
+    if (body === undefined) {
+      res.writeHead(404, { "content-type": "application/json" })
+      return res.end(JSON.stringify({ error: { type: "not_found", message: "no route " + req.url } }))
+    }
+    res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) })
+    res.end(body)
+  })
 })
 server.keepAliveTimeout = 65000
 server.listen(Number(process.argv[1]), "127.0.0.1", () => console.log("listening"))
 `
 
+type RouteName = "chat" | "responses" | "messages"
+type TargetName = "direct" | "reins" | "portkey"
+const TARGETS: ReadonlyArray<TargetName> = ["direct", "reins", "portkey"]
+
+/** Each route's request: the same question in the route's shape; `endpoint` is reins's name for it in the store. */
+const ROUTES: ReadonlyArray<{ readonly name: RouteName; readonly path: string; readonly endpoint: string; readonly body: string }> = [
+  {
+    name: "chat",
+    path: "/v1/chat/completions",
+    endpoint: "chat.completions",
+    body: JSON.stringify({ model: "bench-model", messages: [{ role: "system", content: "You are terse." }, { role: "user", content: "What is six times seven?" }], max_tokens: 16 })
+  },
+  {
+    name: "responses",
+    path: "/v1/responses",
+    endpoint: "responses",
+    body: JSON.stringify({ model: "bench-model", instructions: "You are terse.", input: "What is six times seven?", max_output_tokens: 16, store: false })
+  },
+  {
+    name: "messages",
+    path: "/v1/messages",
+    endpoint: "messages",
+    body: JSON.stringify({ model: "bench-model", system: "You are terse.", messages: [{ role: "user", content: "What is six times seven?" }], max_tokens: 16 })
+  }
+]
+
 interface Target {
-  readonly name: "direct" | "reins" | "portkey"
+  readonly route: RouteName
+  readonly name: TargetName
   readonly origin: string
   readonly path: string
   readonly headers: Record<string, string>
+  readonly body: string
 }
+
+const label = (t: { readonly route: RouteName; readonly name: TargetName }) => `${t.route}/${t.name}`
 
 interface Measured {
   readonly p50: number
@@ -98,12 +158,27 @@ const stop = (proc: ChildProcess) =>
     setTimeout(() => proc.kill("SIGKILL"), 10_000).unref()
   })
 
-const body = JSON.stringify({ model: "bench-model", messages: [{ role: "system", content: "You are terse." }, { role: "user", content: "What is six times seven?" }], max_tokens: 16 })
+const post = async (pool: Pool, t: Target) => {
+  const r = await pool.request({ method: "POST", path: t.path, headers: { "content-type": "application/json", ...t.headers }, body: t.body })
+  return { status: r.statusCode, text: await r.body.text() }
+}
 
 const once = async (pool: Pool, t: Target): Promise<boolean> => {
-  const r = await pool.request({ method: "POST", path: t.path, headers: { "content-type": "application/json", ...t.headers }, body })
-  const text = await r.body.text()
-  return r.statusCode === 200 && text.includes("The answer is 42.")
+  const r = await post(pool, t)
+  return r.status === 200 && r.text.includes(ANSWER)
+}
+
+/** One request before measuring: whether the target serves its route, and what it answered if not. */
+const probe = async (t: Target): Promise<string | null> => {
+  const pool = new Pool(t.origin, { connections: 1 })
+  try {
+    const r = await post(pool, t)
+    return r.status === 200 && r.text.includes(ANSWER) ? null : `HTTP ${r.status}: ${r.text.slice(0, 300)}`
+  } catch (e) {
+    return String(e)
+  } finally {
+    await pool.close()
+  }
 }
 
 /** Sequential latencies of `n` requests (ms each). */
@@ -135,9 +210,9 @@ const concurrentLoad = async (pool: Pool, t: Target, seconds: number, count: (go
 }
 
 /**
- * Every target warms up, then the sequential requests run in interleaved rounds (each round a
- * slice for every target in turn), so drift in the machine's load hits all targets alike; the
- * 64-client phase follows, target by target.
+ * Every target (a route through one of direct, reins, portkey) warms up, then the sequential
+ * requests run in interleaved rounds (each round a slice for every target in turn), so drift in
+ * the machine's load hits all targets alike; the 64-client phase follows, target by target.
  */
 const measureAll = async (targets: ReadonlyArray<Target>, requests: number, seconds: number): Promise<Record<string, Measured>> => {
   const state = targets.map((t) => ({ t, pool: new Pool(t.origin, { connections: 64, keepAliveTimeout: 60_000, pipelining: 1 }), ok: 0, errors: 0, sequential: [] as Array<number> }))
@@ -152,10 +227,10 @@ const measureAll = async (targets: ReadonlyArray<Target>, requests: number, seco
   }
   const results: Record<string, Measured> = {}
   for (const x of state) {
-    console.log(`measuring ${x.t.name} at 64 clients ...`)
+    console.log(`measuring ${label(x.t)} at 64 clients ...`)
     const load = await concurrentLoad(x.pool, x.t, seconds, counter(x))
     await x.pool.close()
-    results[x.t.name] = {
+    results[label(x.t)] = {
       p50: percentile(x.sequential, 50),
       p99: percentile(x.sequential, 99),
       rps_1: x.sequential.length / (x.sequential.reduce((a, b) => a + b, 0) / 1000),
@@ -169,10 +244,11 @@ const measureAll = async (targets: ReadonlyArray<Target>, requests: number, seco
   return results
 }
 
+/** Answered calls reins recorded, per endpoint. */
 const countRecorded = (file: string) =>
   Effect.runPromise(
-    Effect.flatMap(SqliteClient.SqliteClient, (sql) => sql<{ n: number }>`SELECT COUNT(*) AS n FROM calls WHERE status = 200`).pipe(
-      Effect.map((rows) => rows[0]!.n),
+    Effect.flatMap(SqliteClient.SqliteClient, (sql) => sql<{ endpoint: string; n: number }>`SELECT endpoint, COUNT(*) AS n FROM calls WHERE status = 200 GROUP BY endpoint`).pipe(
+      Effect.map((rows) => Object.fromEntries(rows.map((r) => [r.endpoint, r.n])) as Record<string, number>),
       Effect.provide(SqliteClient.layer({ filename: file, readonly: true }))
     )
   )
@@ -203,26 +279,56 @@ export default async (args: ReadonlyArray<string>) => {
     const portkeyPort = await freePort()
     await start("portkey", ["node_modules/@portkey-ai/gateway/build/start-server.js", `--port=${portkeyPort}`, "--headless"], /Ready for connections/, { NODE_ENV: "production" })
 
-    const targets: Array<Target> = [
-      { name: "direct", origin: upstream, path: "/v1/chat/completions", headers: { authorization: "Bearer unused" } },
-      { name: "reins", origin: reinsUrl, path: "/v1/chat/completions", headers: { authorization: `Bearer ${key}` } },
-      {
-        name: "portkey",
-        origin: `http://127.0.0.1:${portkeyPort}`,
-        path: "/v1/chat/completions",
-        headers: { authorization: "Bearer unused", "x-portkey-provider": "openai", "x-portkey-custom-host": `${upstream}/v1` }
+    // How each target is called on each route: OpenAI's bearer key, or Anthropic's x-api-key and
+    // version; Portkey is told the provider and the upstream as its custom host.
+    const anthropic = { "anthropic-version": "2023-06-01" }
+    const portkeyTo = (provider: string) => ({ "x-portkey-provider": provider, "x-portkey-custom-host": `${upstream}/v1` })
+    const headers: Record<RouteName, Record<TargetName, Record<string, string>>> = {
+      chat: {
+        direct: { authorization: "Bearer unused" },
+        reins: { authorization: `Bearer ${key}` },
+        portkey: { authorization: "Bearer unused", ...portkeyTo("openai") }
+      },
+      responses: {
+        direct: { authorization: "Bearer unused" },
+        reins: { authorization: `Bearer ${key}` },
+        portkey: { authorization: "Bearer unused", ...portkeyTo("openai") }
+      },
+      messages: {
+        direct: { "x-api-key": "unused", ...anthropic },
+        reins: { "x-api-key": key, ...anthropic },
+        portkey: { "x-api-key": "unused", ...anthropic, ...portkeyTo("anthropic") }
       }
-    ]
-    console.log(`measuring ${targets.map((t) => t.name).join(", ")}: ${requests} sequential requests each, in interleaved rounds ...`)
+    }
+    const origins: Record<TargetName, string> = { direct: upstream, reins: reinsUrl, portkey: `http://127.0.0.1:${portkeyPort}` }
+    const all: Array<Target> = ROUTES.flatMap((r) => TARGETS.map((name) => ({ route: r.name, name, origin: origins[name], path: r.path, headers: headers[r.name][name], body: r.body })))
+
+    // A route Portkey does not serve is reported with its answer and not measured; the upstream
+    // and reins must serve every route.
+    const unavailable: Partial<Record<RouteName, string>> = {}
+    const targets: Array<Target> = []
+    for (const t of all) {
+      const failed = await probe(t)
+      if (failed === null) targets.push(t)
+      else if (t.name === "portkey") unavailable[t.route] = failed
+      else throw new Error(`${label(t)} does not answer: ${failed}`)
+    }
+    for (const [route, evidence] of Object.entries(unavailable)) console.log(`portkey does not serve ${route} (${evidence}); left out`)
+
+    console.log(`measuring ${targets.map(label).join(", ")}: ${requests} sequential requests each, in interleaved rounds ...`)
     const results = await measureAll(targets, requests, seconds)
-    for (const t of targets) if (results[t.name]!.errors > 0) throw new Error(`${t.name}: ${results[t.name]!.errors} failed requests`)
+    for (const t of targets) if (results[label(t)]!.errors > 0) throw new Error(`${label(t)}: ${results[label(t)]!.errors} failed requests`)
     await stop(reins.proc)
     const recorded = await countRecorded(path.join(dataDir, "reins.db"))
-    if (recorded !== results.reins!.ok) throw new Error(`reins recorded ${recorded} calls but answered ${results.reins!.ok}`)
+    for (const r of ROUTES) {
+      const answered = results[label({ route: r.name, name: "reins" })]!.ok + 1 // and its probe
+      if ((recorded[r.endpoint] ?? 0) !== answered) throw new Error(`reins recorded ${recorded[r.endpoint] ?? 0} ${r.name} calls but answered ${answered}`)
+    }
 
-    const direct = results.direct!
-    const row = (name: string) => {
-      const m = results[name]!
+    const row = (route: RouteName, name: TargetName) => {
+      const m = results[label({ route, name })]
+      if (m === undefined) return null
+      const direct = results[label({ route, name: "direct" })]!
       return {
         added_p50_ms: name === "direct" ? 0 : m.p50 - direct.p50,
         added_p99_ms: name === "direct" ? 0 : m.p99 - direct.p99,
@@ -235,30 +341,53 @@ export default async (args: ReadonlyArray<string>) => {
         requests: m.ok
       }
     }
-    const json = { direct: row("direct"), reins: { ...row("reins"), calls_recorded: recorded }, portkey: row("portkey") }
-    const names = ["direct", "reins", "portkey"] as const
+    const routeJson = (r: (typeof ROUTES)[number]) => {
+      const ours = row(r.name, "reins")!
+      const theirs = row(r.name, "portkey")
+      return {
+        path: r.path,
+        direct: row(r.name, "direct")!,
+        reins: { ...ours, calls_recorded: recorded[r.endpoint] ?? 0 },
+        portkey: theirs ?? { not_served: unavailable[r.name] ?? "" },
+        reins_below_portkey: theirs === null ? null : { p50: ours.added_p50_ms < theirs.added_p50_ms, p99: ours.added_p99_ms < theirs.added_p99_ms }
+      }
+    }
+    const json = Object.fromEntries(ROUTES.map((r) => [r.name, routeJson(r)]))
+    const verdict = ROUTES.map((r) => {
+      const v = json[r.name]!.reins_below_portkey
+      return v === null ? `${r.name}: Portkey does not serve it` : `${r.name}: p50 ${v.p50 ? "yes" : "NO"}, p99 ${v.p99 ? "yes" : "NO"}`
+    })
     writeReport({
       name: "gateway",
       json,
       table: {
-        columns: ["target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "rps @1", "rps @64", "p99 @64 ms"],
-        rows: names.map((n) => {
-          const r = row(n)
-          return [n, r.p50_ms, r.p99_ms, r.added_p50_ms, r.added_p99_ms, r.rps_1, r.rps_64, r.p99_64_ms]
-        })
+        columns: ["route", "target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "rps @1", "rps @64", "p99 @64 ms"],
+        rows: ROUTES.flatMap((r) =>
+          TARGETS.map((n) => {
+            const x = row(r.name, n)
+            return x === null ? [r.name, n, "not served", "", "", "", "", "", ""] : [r.name, n, x.p50_ms, x.p99_ms, x.added_p50_ms, x.added_p99_ms, x.rps_1, x.rps_64, x.p99_64_ms]
+          })
+        )
       },
       chart: {
-        title: "Latency added to a model call (1 client)",
+        title: "Latency added to a model call, per API (1 client)",
         unit: "ms",
-        groups: [
-          { label: "added p50", bars: names.slice(1).map((n) => ({ series: n, value: Math.max(0, row(n).added_p50_ms) })) },
-          { label: "added p99", bars: names.slice(1).map((n) => ({ series: n, value: Math.max(0, row(n).added_p99_ms) })) }
-        ]
+        groups: ROUTES.flatMap((r) =>
+          (["p50", "p99"] as const).map((q) => ({
+            label: `${r.name} ${q}`,
+            bars: TARGETS.slice(1).flatMap((n) => {
+              const x = row(r.name, n)
+              return x === null ? [] : [{ series: n, value: Math.max(0, q === "p50" ? x.added_p50_ms : x.added_p99_ms) }]
+            })
+          }))
+        )
       },
       notes: [
-        `Fake OpenAI upstream on loopback (own process). ${requests} sequential requests per target after a 500-request warm-up, in 8 interleaved rounds (each round a slice for every target in turn, so load drift hits all alike); then 64 concurrent clients for ${seconds} s, target by target.`,
-        `reins recorded every one of its ${recorded} answered calls in SQLite (WAL, synchronous=NORMAL) before responding; counted after shutdown.`,
-        "Portkey: @portkey-ai/gateway 1.15.2 (node build, headless, NODE_ENV=production), provider openai with x-portkey-custom-host.",
+        `Fake upstream on loopback (own process) answering ${ROUTES.map((r) => `${r.path} (${r.name})`).join(", ")} in each protocol's shape. ${requests} sequential requests per route and target after a ${Math.min(500, requests)}-request warm-up, in 8 interleaved rounds (each round a slice for every route and target in turn, so load drift hits all alike); then 64 concurrent clients for ${seconds} s, route and target one by one. Added latency is against direct on the same route.`,
+        `reins recorded every one of its answered calls in SQLite (WAL, synchronous=NORMAL) before responding (${ROUTES.map((r) => `${r.name} ${recorded[r.endpoint] ?? 0}`).join(", ")}; counted per endpoint after shutdown). Chat goes through reins's chat proxy; Responses and Messages are relayed as received (recorded as not trainable: such an upstream returns no token ids).`,
+        "Portkey: @portkey-ai/gateway 1.15.2 (node build, headless, NODE_ENV=production); chat and Responses with provider openai and x-portkey-custom-host, Messages with provider anthropic and the same custom host.",
+        ...Object.entries(unavailable).map(([route, evidence]) => `Portkey does not serve ${route}, so it is not measured there; it answered ${evidence}`),
+        `reins adds less latency than Portkey: ${verdict.join("; ")}.`,
         "All processes share the machine's cores with the load generator; compare targets within one run."
       ]
     })
