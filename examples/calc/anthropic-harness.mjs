@@ -63,11 +63,11 @@ const opening = (question) => {
 }
 
 /**
- * A prompt longer than the model's context: Anthropic answers 400 "prompt is too long", an
- * OpenAI-style server (such as the reins Gateway) "maximum context length".
+ * A conversation longer than the model's context: Anthropic (and the reins Gateway) answer 400
+ * "prompt is too long" or, counting max_tokens, "input length and `max_tokens` exceed context limit".
  */
 const isContextFull = (e) =>
-  e instanceof Anthropic.APIError && e.status === 400 && /prompt is too long|maximum context length/i.test(e.apiMessage ?? e.message)
+  e instanceof Anthropic.APIError && e.status === 400 && /prompt is too long|exceed context limit/i.test(e.apiMessage ?? e.message)
 
 /** One model call; a conversation longer than the model's context ends the episode, as in harness.mjs. */
 const create = (client, request) =>

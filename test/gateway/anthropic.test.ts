@@ -171,6 +171,10 @@ describe("Anthropic Messages", () => {
     const unknownModel = await post("/v1/messages", { model: "claude-nope", max_tokens: 16, messages: user }, { authorization: `Bearer ${key}` })
     expect(unknownModel.status).toBe(404)
     expect(((await unknownModel.json()) as any).error.type).toBe("not_found_error")
+    // Over the context: Anthropic's own words, which Messages harnesses look for.
+    const long = await post("/v1/messages", { model: MODEL, max_tokens: 16, messages: [{ role: "user", content: "weather ".repeat(600) }] }, { "x-api-key": key })
+    expect(long.status).toBe(400)
+    expect(((await long.json()) as any).error).toEqual({ type: "invalid_request_error", message: expect.stringMatching(/^prompt is too long: \d+ tokens > 512 maximum$/) })
     // A Messages route the Gateway does not serve answers in Anthropic's shape too (the SDK reads it).
     const batches = await post("/v1/messages/batches", { requests: [] }, { "x-api-key": key })
     expect(batches.status).toBe(404)

@@ -27,11 +27,19 @@ const typeOf = (e: ApiError): string => {
   }
 }
 
+/** A context-length refusal in Anthropic's own words (what Messages harnesses look for). */
+const contextMessage = ({ limit, prompt, completion }: NonNullable<ApiError["context"]>) =>
+  completion === null
+    ? `prompt is too long: ${prompt} tokens > ${limit} maximum`
+    : `input length and \`max_tokens\` exceed context limit: ${prompt} + ${completion} > ${limit}, decrease input length or \`max_tokens\` and try again`
+
 /** The message names the field, as OpenAI's `param` does. */
-export const anthropicErrorBody = (e: ApiError) => ({
-  type: "error" as const,
-  error: { type: typeOf(e), message: e.param !== null && !e.message.includes(e.param) ? `${e.param}: ${e.message}` : e.message }
-})
+const messageOf = (e: ApiError): string => {
+  if (e.context !== undefined) return contextMessage(e.context)
+  return e.param !== null && !e.message.includes(e.param) ? `${e.param}: ${e.message}` : e.message
+}
+
+export const anthropicErrorBody = (e: ApiError) => ({ type: "error" as const, error: { type: typeOf(e), message: messageOf(e) } })
 
 export const toAnthropicResponse = (e: ApiError): HttpServerResponse.HttpServerResponse =>
   HttpServerResponse.unsafeJson(anthropicErrorBody(e), { status: e.status, headers: e.headers ?? {} })

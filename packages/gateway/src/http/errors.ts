@@ -12,6 +12,8 @@ export class ApiError extends Data.TaggedError("ApiError")<{
   readonly code: string | null
   readonly param: string | null
   readonly headers?: Record<string, string>
+  /** A context-length refusal's numbers, for protocols that word it their own way (Anthropic). */
+  readonly context?: { readonly limit: number; readonly prompt: number; readonly completion: number | null }
 }> {}
 
 const invalid = (status: number, message: string, code: string | null, param: string | null = null) =>
@@ -69,14 +71,17 @@ export const notFound = (message: string, code = "not_found") => invalid(404, me
 export const unknownRoute = (method: string, path: string) => invalid(404, `Invalid URL (${method} ${path})`, "unknown_url")
 
 export const contextLengthExceeded = (limit: number, prompt: number, completion: number | null) =>
-  invalid(
-    400,
-    completion === null
-      ? `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${prompt} tokens. Please reduce the length of the messages.`
-      : `This model's maximum context length is ${limit} tokens. However, you requested ${prompt + completion} tokens (${prompt} in the messages, ${completion} in the completion). Please reduce the length of the messages or completion.`,
-    "context_length_exceeded",
-    "messages"
-  )
+  new ApiError({
+    status: 400,
+    type: "invalid_request_error",
+    message:
+      completion === null
+        ? `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${prompt} tokens. Please reduce the length of the messages.`
+        : `This model's maximum context length is ${limit} tokens. However, you requested ${prompt + completion} tokens (${prompt} in the messages, ${completion} in the completion). Please reduce the length of the messages or completion.`,
+    code: "context_length_exceeded",
+    param: "messages",
+    context: { limit, prompt, completion }
+  })
 
 export const conflict = (message: string, code = "conflict") =>
   new ApiError({ status: 409, message, type: "invalid_request_error", code, param: null })
