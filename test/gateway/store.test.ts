@@ -234,4 +234,40 @@ describe("SqliteStore", () => {
         })
       )
     }))
+
+  it.live("narrow reads: a rollout's trace without bodies, an attempt's final reward, the unfinished attempts in one query", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      yield* withStore(file, (s) =>
+        Effect.gen(function* () {
+          const done = yield* s.createRollout({ task: { n: 0 }, group: "g", start: true })
+          const retried = yield* s.createRollout({ task: { n: 1 }, group: "g", start: true })
+          const queued = yield* s.createRollout({ task: { n: 2 } })
+          yield* s.recordCall(call(done.attempt.id, 1))
+          const full = yield* s.rollout(done.rollout.id)
+          const trace = yield* s.rolloutTrace(done.rollout.id)
+          expect(full.calls[0]!.request).toEqual({ messages: [{ role: "user", content: "hi 1" }] })
+          expect([trace.calls[0]!.request, trace.calls[0]!.response]).toEqual([null, null])
+          expect({ ...trace.calls[0]!, request: null, response: null }).toEqual({ ...full.calls[0]!, request: null, response: null })
+          expect([trace.rollout, trace.attempts, trace.rewards]).toEqual([full.rollout, full.attempts, full.rewards])
+
+          expect(yield* s.finalReward(done.rollout.id, done.attempt.id)).toBeNull()
+          const [first] = yield* s.calls(done.attempt.id)
+          yield* s.addReward({ attemptId: done.attempt.id, value: 0.25 })
+          yield* s.addReward({ attemptId: done.attempt.id, value: 0.5 })
+          yield* s.addReward({ attemptId: done.attempt.id, callId: first!.id, value: 9 }) // a per-turn reward is not final
+          expect(yield* s.finalReward(done.rollout.id, done.attempt.id)).toBe(0.5)
+          yield* s.transition(done.attempt.id, "succeeded")
+
+          yield* s.transition(retried.attempt.id, "failed", "infra")
+          const second = yield* s.createAttempt(retried.rollout.id)
+          const left = yield* s.unfinished
+          expect(left.map((u) => [u.attempt.rolloutId, u.attempt.id, u.attempt.index, u.attempt.state, u.task, u.group])).toEqual([
+            [retried.rollout.id, second.attempt.id, 1, "queued", { n: 1 }, "g"],
+            [queued.rollout.id, queued.attempt.id, 0, "queued", { n: 2 }, null]
+          ])
+          expect(left[0]!.attempt).toEqual(yield* s.attempt(second.attempt.id))
+        })
+      )
+    }))
 })

@@ -3,7 +3,7 @@
  * a harness's calls would be recorded by the Gateway (exact prompt ids reusing earlier calls).
  */
 import { CallTimings, LlmCall, PromptReuse, Reward, type BreakReason } from "@reins/protocol"
-import type { RolloutTrace } from "@reins/trainer"
+import { finalReward, type RolloutTrace } from "@reins/trainer"
 
 export interface CallSpec {
   readonly id: string
@@ -65,7 +65,7 @@ export const trace = (
   groupId: string,
   calls: ReadonlyArray<LlmCall>,
   rewards: ReadonlyArray<Reward> = []
-): RolloutTrace => ({ rolloutId, groupId, attemptId: "a1", calls, rewards, superseded: { calls: 0, actionTokens: 0 } })
+): RolloutTrace => ({ rolloutId, groupId, attemptId: "a1", calls, rewards, reward: finalReward(rewards), superseded: { calls: 0, actionTokens: 0 } })
 
 /**
  * A clean multi-turn chain: each prompt is the previous prompt + output + new observation tokens,

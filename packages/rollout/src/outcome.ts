@@ -4,8 +4,11 @@
  */
 import type { AttemptOutcome, AttemptResult, AttemptState } from "@reins/protocol"
 
+/** The states an attempt ends in. */
+export type EndedState = Exclude<AttemptState, "queued" | "running">
+
 /** The Gateway store's attempt state for an outcome (an infrastructure failure is a failed attempt; the rollout goes on with a new one). */
-export const attemptStateOf = (outcome: AttemptOutcome): AttemptState => {
+export const attemptStateOf = (outcome: AttemptOutcome): EndedState => {
   switch (outcome._tag) {
     case "Succeeded":
       return "succeeded"

@@ -23,7 +23,7 @@ import type { AdvantageEstimator, MissingRewardPolicy } from "@reins/protocol"
 import { finalOnly, perTurnReturns, returnAt, type RolloutReturns } from "./credit.js"
 import { DropTally } from "./drops.js"
 import type { Segment } from "./samples/segments.js"
-import { finalReward, type RolloutTrace } from "./samples/trace.js"
+import type { RolloutTrace } from "./samples/trace.js"
 
 export interface AdvantageOptions {
   readonly estimator: AdvantageEstimator
@@ -140,7 +140,7 @@ export const scoreRollouts = (rollouts: ReadonlyArray<AdaptedTrace>, options: Ad
   for (const members of byGroup(rollouts).values()) {
     const rewarded: Array<{ member: AdaptedTrace; returns: RolloutReturns }> = []
     for (const member of members) {
-      let final = finalReward(member.trace.rewards)
+      let final = member.trace.reward
       if (final === null) {
         if (options.missingReward === "drop") {
           drops.add("reward-missing", 1, actionTokensOf(member.segments))

@@ -96,6 +96,13 @@ export interface RolloutDetail {
   readonly rewards: ReadonlyArray<Reward>
 }
 
+/** The latest attempt of a rollout that has not ended, with the rollout's task and group. */
+export interface UnfinishedRollout {
+  readonly attempt: Attempt
+  readonly task: unknown
+  readonly group: string | null
+}
+
 export interface StoreService {
   readonly createRollout: (input: NewRollout) => Effect.Effect<IssuedAttempt, StoreError>
   /** A retry: a new attempt of a rollout whose latest attempt has ended. */
@@ -118,7 +125,14 @@ export interface StoreService {
   /** The calls of an attempt in `seq` order. */
   readonly calls: (attemptId: string) => Effect.Effect<ReadonlyArray<LlmCall>, StoreError>
   readonly addReward: (reward: NewReward) => Effect.Effect<Reward, StoreError | NotFound>
+  /** Everything recorded for a rollout, calls with their request and response bodies (the dashboard's read). */
   readonly rollout: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>
+  /** A rollout's trace, as the Trainer reads it: as `rollout`, but its calls without bodies (`request`, `response` null). */
+  readonly rolloutTrace: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>
+  /** The attempt's final reward: the last one recorded without a `callId`, null when none. */
+  readonly finalReward: (rolloutId: string, attemptId: string) => Effect.Effect<number | null, StoreError>
+  /** Every rollout whose latest attempt is `queued` or `running`, oldest first: one query (restart recovery). */
+  readonly unfinished: Effect.Effect<ReadonlyArray<UnfinishedRollout>, StoreError>
   readonly rollouts: (query: RolloutQuery) => Effect.Effect<RolloutPage, StoreError>
   /** Status and error of every call that did not succeed (status ≠ 200), outside cancelled rollouts. */
   readonly failedCalls: Effect.Effect<ReadonlyArray<CallStatus>, StoreError>

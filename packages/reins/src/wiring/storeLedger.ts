@@ -4,7 +4,6 @@
  * import each other; this package wires them).
  */
 import { Store, type StoreService } from "@reins/gateway"
-import type { Rollout } from "@reins/protocol"
 import { AttemptLedger, type AttemptLedgerService, LedgerError, type UnfinishedAttempt } from "@reins/rollout/controller"
 import { Effect, Layer } from "effect"
 
@@ -16,33 +15,6 @@ const issued = (i: { readonly rollout: { readonly id: string }; readonly attempt
   index: i.attempt.index,
   key: i.key
 })
-
-/** Every rollout of the store in `state`, oldest first (the store pages newest first). */
-const rolloutsIn = (store: StoreService, state: "queued" | "running") =>
-  Effect.gen(function*() {
-    const all: Array<Rollout> = []
-    let cursor: string | undefined
-    for (;;) {
-      const page = yield* store.rollouts({ state, limit: 500, cursor })
-      all.push(...page.rollouts)
-      if (page.next === null) return all.reverse()
-      cursor = page.next
-    }
-  })
-
-/** Rollouts whose latest attempt has not ended, with that attempt (read at a controller's start). */
-const unfinished = (store: StoreService) =>
-  Effect.gen(function*() {
-    const rollouts = [...(yield* rolloutsIn(store, "queued")), ...(yield* rolloutsIn(store, "running"))]
-    rollouts.sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
-    const out: Array<UnfinishedAttempt> = []
-    for (const r of rollouts) {
-      const latest = (yield* store.rollout(r.id)).attempts.at(-1)
-      if (latest === undefined || (latest.state !== "queued" && latest.state !== "running")) continue // ended meanwhile
-      out.push({ rolloutId: r.id, attemptId: latest.id, index: latest.index, state: latest.state, task: r.task, group: r.group })
-    }
-    return out
-  })
 
 /** The Gateway's store as the controller's ledger: attempts, keys, state changes and rewards. */
 export const storeLedger = (store: StoreService): AttemptLedgerService => ({
@@ -66,12 +38,20 @@ export const storeLedger = (store: StoreService): AttemptLedgerService => ({
       Effect.mapError(ledgerError("finish"))
     ),
   recordReward: (attemptId, value, info) => store.addReward({ attemptId, value, info }).pipe(Effect.asVoid, Effect.mapError(ledgerError("recordReward"))),
-  rewardOf: (rolloutId, attemptId) =>
-    store.rollout(rolloutId).pipe(
-      Effect.map((d) => d.rewards.filter((r) => r.attemptId === attemptId && r.callId === null).at(-1)?.value ?? null),
-      Effect.mapError(ledgerError("rewardOf"))
+  rewardOf: (rolloutId, attemptId) => store.finalReward(rolloutId, attemptId).pipe(Effect.mapError(ledgerError("rewardOf"))),
+  unfinished: store.unfinished.pipe(
+    Effect.map((left) =>
+      left.map(({ attempt, group, task }): UnfinishedAttempt => ({
+        rolloutId: attempt.rolloutId,
+        attemptId: attempt.id,
+        index: attempt.index,
+        state: attempt.state as UnfinishedAttempt["state"],
+        task,
+        group
+      }))
     ),
-  unfinished: unfinished(store).pipe(Effect.mapError(ledgerError("unfinished")))
+    Effect.mapError(ledgerError("unfinished"))
+  )
 })
 
 /** `AttemptLedger` from the Gateway's `Store` in the same process. */

@@ -11,13 +11,15 @@ export interface RolloutTrace {
   readonly attemptId: string
   /** The attempt's calls, any order (the adapter orders them by `seq`). */
   readonly calls: ReadonlyArray<LlmCall>
-  /** The attempt's rewards: final ones (`callId` null, the last one wins) and per-turn ones. */
+  /** The attempt's rewards: final ones (`callId` null) and per-turn ones. */
   readonly rewards: ReadonlyArray<Reward>
+  /** The rollout's final reward, null when it has none: the one its `RolloutEnded` carries. */
+  readonly reward: number | null
   /** Calls of earlier attempts of the rollout, left out on purpose (counted as `call-superseded`). */
   readonly superseded: { readonly calls: number; readonly actionTokens: number }
 }
 
-/** What the store returns for one rollout (`Store.rollout(id)`). */
+/** What the store returns for one rollout (`Store.rolloutTrace(id)`; the trace needs no request or response bodies). */
 export interface RolloutRecord {
   readonly rollout: Rollout
   readonly attempts: ReadonlyArray<Attempt>
@@ -28,19 +30,23 @@ export interface RolloutRecord {
 /**
  * The trace of a rollout's latest attempt: the one whose outcome the reward describes. Earlier
  * attempts were retried because they failed; their calls are not trained, but they are counted.
+ * `reward` is the final reward the controller ended the rollout with (`RolloutEnded.reward`);
+ * without one (a record read on its own) it is the attempt's last final reward in the record.
  */
-export const traceOf = (record: RolloutRecord): RolloutTrace => {
+export const traceOf = (record: RolloutRecord, reward?: number | null): RolloutTrace => {
   const latest = record.attempts.reduce<Attempt | undefined>((a, b) => (a === undefined || b.index > a.index ? b : a), undefined)
   const attemptId = latest?.id ?? ""
   const calls = record.calls.filter((c) => c.attemptId === attemptId)
   let supersededTokens = 0
   for (const c of record.calls) if (c.attemptId !== attemptId) supersededTokens += c.outputIds.length
+  const rewards = record.rewards.filter((r) => r.attemptId === attemptId)
   return {
     rolloutId: record.rollout.id,
     groupId: record.rollout.group ?? record.rollout.id,
     attemptId,
     calls,
-    rewards: record.rewards.filter((r) => r.attemptId === attemptId),
+    rewards,
+    reward: reward === undefined ? finalReward(rewards) : reward,
     superseded: { calls: record.calls.length - calls.length, actionTokens: supersededTokens }
   }
 }

@@ -51,6 +51,7 @@ export interface ControllerPort {
 
 /** Recorded rollouts (the Gateway's store). */
 export interface RecordSource {
+  /** A rollout's trace: what the store recorded, calls without their request and response bodies (`Store.rolloutTrace`). */
   readonly rollout: (rolloutId: string) => Effect.Effect<RolloutRecord, TrainerError>
 }
 

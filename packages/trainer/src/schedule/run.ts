@@ -170,9 +170,11 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     const update = (groupIds: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const rolloutIds = groupIds.flatMap((id) => state.groups.get(id)!.rolloutIds)
-        const failures = summarizeFailures(groupIds.flatMap((id) => state.groups.get(id)!.ended ?? []))
+        // (the gate selects finished groups only: each has ended)
+        const ended = groupIds.flatMap((id) => state.groups.get(id)!.ended ?? [])
+        const failures = summarizeFailures(ended)
         yield* checkServing(yield* readClocks(ports), state.version)
-        const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, rolloutIds })
+        const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, ended })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
         if (result.outcome === null) {

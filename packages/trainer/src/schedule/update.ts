@@ -15,7 +15,7 @@ import { planUpdate } from "../batching.js"
 import { versionMetrics } from "../metrics.js"
 import { lossSettings, staleness } from "../offpolicy.js"
 import { traceOf } from "../samples/trace.js"
-import type { DeviceClockReading, TrainerError, TrainerPorts, TrainOutcome, TrainSettings } from "./ports.js"
+import type { DeviceClockReading, RolloutEnded, TrainerError, TrainerPorts, TrainOutcome, TrainSettings } from "./ports.js"
 
 export const trainSettings = (config: TrainerConfig, contextLength: number): TrainSettings => ({
   ...lossSettings(config),
@@ -32,7 +32,8 @@ export interface UpdateInput {
   readonly contextLength: number
   /** The version being trained (the policy the update starts from). */
   readonly version: number
-  readonly rolloutIds: ReadonlyArray<string>
+  /** The batch's rollouts as they ended: their ids and the final reward each one carries. */
+  readonly ended: ReadonlyArray<RolloutEnded>
 }
 
 export interface UpdateResult {
@@ -45,11 +46,11 @@ export interface UpdateResult {
 
 const noPause = new PauseStats({ pauseSeconds: 0, drainSeconds: 0, heldCalls: 0 })
 
-/** Builds the batch of `rolloutIds` from the store. */
+/** Builds the batch from the rollouts' traces in the store, with the rewards they ended with. */
 const loadBatch = (ports: TrainerPorts, input: UpdateInput) =>
   Effect.map(
-    Effect.forEach(input.rolloutIds, (id) => ports.records.rollout(id), { concurrency: 8 }),
-    (records) => buildBatch(records.map(traceOf), batchOptions(input.config, input.contextLength))
+    Effect.forEach(input.ended, (e) => Effect.map(ports.records.rollout(e.rolloutId), (record) => traceOf(record, e.reward)), { concurrency: 8 }),
+    (traces) => buildBatch(traces, batchOptions(input.config, input.contextLength))
   )
 
 /** Runs `train` with the Gateway paused; resumes whatever happens, and measures the pause. */

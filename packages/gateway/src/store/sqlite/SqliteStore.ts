@@ -2,7 +2,8 @@
  * The embedded store: one SQLite file in WAL mode with `synchronous = NORMAL` (a committed
  * transaction survives a kill -9 of the process; only an OS crash can lose the last commits).
  * Each write is one transaction; its events are published to live subscribers after commit.
- * The schema is managed by @effect/sql migrations (see migrations.ts).
+ * Call records are group-committed (groupCommit.ts). The schema is managed by @effect/sql
+ * migrations (see migrations.ts); the statements are in statements.ts.
  */
 import { Migrator } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
@@ -17,112 +18,29 @@ import {
   type EventType,
   IllegalTransition,
   LlmCall,
-  ModelVersion,
+  type ModelVersion,
   NotFound,
   protocolOfEndpoint,
   PromptReuse,
-  Reward,
-  Rollout,
+  type Reward,
   StoreError,
   StoreEvent
 } from "@reins/protocol"
 import { Chunk, Effect, Layer, Option, PubSub, Ref, type Scope, Stream } from "effect"
 import { mkdirSync } from "node:fs"
-import { Worker } from "node:worker_threads"
 import path from "node:path"
 import { generateKey, hashKey } from "../../auth/keys.js"
 import { newId } from "../ids.js"
-import { assertLittleEndian, float32FromBlob, int32FromBlob, toBlob } from "../packed.js"
-import { type IssuedAttempt, type NewCall, Store, type StoreService } from "../Store.js"
+import { assertLittleEndian, toBlob } from "../packed.js"
+import { type IssuedAttempt, type NewCall, type RolloutDetail, Store, type StoreService } from "../Store.js"
+import { makeAttemptCache } from "./attemptCache.js"
+import { startCheckpointer } from "./checkpointer.js"
+import { makeGroupCommit } from "./groupCommit.js"
 import { migrations } from "./migrations.js"
+import { json, parseJson, type Row, toAttempt, toCall, toEvent, toModelVersion, toReward, toRollout } from "./rows.js"
+import { EVENT_PAGE, prepareStatements, row, rows } from "./statements.js"
 
-type Row = Record<string, any>
-
-const json = (u: unknown): string | null => (u === undefined || u === null ? null : JSON.stringify(u))
-const parseJson = (s: unknown): unknown => (typeof s === "string" ? JSON.parse(s) : null)
 const nullable = <A>(u: A | undefined): A | null => (u === undefined ? null : u)
-
-const toRollout = (r: Row) =>
-  new Rollout({
-    id: r.id,
-    task: parseJson(r.task),
-    group: r.grp,
-    state: r.state,
-    attempts: r.attempts,
-    reward: r.reward,
-    createdAt: r.created_at,
-    updatedAt: r.updated_at
-  }, true)
-
-const toAttempt = (r: Row) =>
-  new Attempt({
-    id: r.id,
-    rolloutId: r.rollout_id,
-    index: r.idx,
-    state: r.state,
-    reason: r.reason,
-    createdAt: r.created_at,
-    startedAt: r.started_at,
-    finishedAt: r.finished_at
-  }, true)
-
-const toCall = (r: Row) =>
-  new LlmCall({
-    id: r.id,
-    rolloutId: r.rollout_id,
-    attemptId: r.attempt_id,
-    seq: r.seq,
-    endpoint: r.endpoint,
-    protocol: r.protocol,
-    model: r.model,
-    status: r.status,
-    error: r.error,
-    request: parseJson(r.request),
-    response: parseJson(r.response),
-    promptIds: int32FromBlob(r.prompt_ids),
-    outputIds: int32FromBlob(r.output_ids),
-    logprobs: float32FromBlob(r.logprobs),
-    versions: int32FromBlob(r.versions),
-    finishReason: r.finish_reason,
-    trainable: r.trainable === 1,
-    reuse: new PromptReuse({ reusedTokens: r.reused_tokens, fromCallId: r.reuse_from, break: r.break_reason }, true),
-    timings: new CallTimings({
-      receivedAt: r.received_at,
-      startedAt: r.started_at,
-      firstTokenAt: r.first_token_at,
-      finishedAt: r.finished_at,
-      heldMs: r.held_ms
-    }, true)
-  }, true)
-
-const toReward = (r: Row) =>
-  new Reward({
-    id: r.id,
-    rolloutId: r.rollout_id,
-    attemptId: r.attempt_id,
-    callId: r.call_id,
-    value: r.value,
-    info: parseJson(r.info),
-    createdAt: r.created_at
-  }, true)
-
-const toModelVersion = (r: Row) =>
-  new ModelVersion({ version: r.version, modelId: r.model_id, info: parseJson(r.info), createdAt: r.created_at }, true)
-
-const toEvent = (r: Row) =>
-  new StoreEvent({
-    seq: r.seq,
-    at: r.at,
-    type: r.type,
-    rolloutId: r.rollout_id,
-    attemptId: r.attempt_id,
-    data: parseJson(r.data)
-  }, true)
-
-const EVENT_PAGE = 1000
-
-/** How many attempts (and keys) the store keeps in memory; more are read from SQLite. */
-const ATTEMPT_CACHE = 10_000
 
 /** Thrown inside a transaction to abort it with a typed failure. */
 type Expected = NotFound | IllegalTransition | Conflict
@@ -138,107 +56,42 @@ const migrate = (filename: string) =>
     Effect.asVoid
   )
 
-/**
- * The store on an open database. Statements run synchronously on better-sqlite3 (prepared once):
- * measured ~10× less overhead per statement than going through an SqlClient, which matters
- * because a call's record is written on the response path.
- */
+/** The store on an open database. */
 const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>): StoreService => {
-  const q = (sql: string) => db.prepare(sql)
-  const st = {
-    insertEvent: q(`INSERT INTO events (at, type, rollout_id, attempt_id, data) VALUES (?, ?, ?, ?, ?)`),
-    insertRollout: q(`INSERT INTO rollouts (id, task, grp, state, attempts, created_at, updated_at) VALUES (?, ?, ?, 'queued', 0, ?, ?) RETURNING *`),
-    rollout: q(`SELECT * FROM rollouts WHERE id = ?`),
-    rolloutAttemptsUpdate: q(`UPDATE rollouts SET attempts = ?, state = ?, updated_at = ? WHERE id = ? RETURNING *`),
-    insertAttempt: q(`INSERT INTO attempts (id, rollout_id, idx, key_hash, state, created_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-    liveAttempts: q(`SELECT id, state FROM attempts WHERE rollout_id = ? AND state IN ('queued', 'running')`),
-    attemptByHash: q(`SELECT * FROM attempts WHERE key_hash = ?`),
-    attempt: q(`SELECT * FROM attempts WHERE id = ?`),
-    updateAttempt: q(`UPDATE attempts SET state = ?, reason = COALESCE(?, reason), started_at = COALESCE(started_at, ?), finished_at = ? WHERE id = ? RETURNING *`),
-    mirrorState: q(`UPDATE rollouts SET state = ?, updated_at = ? WHERE id = ? AND attempts = ?`),
-    nextSeq: q(`SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM calls WHERE attempt_id = ?`),
-    insertCall: q(`INSERT INTO calls (id, attempt_id, rollout_id, seq, endpoint, protocol, model, status, error, request, response,
-                   prompt_ids, output_ids, logprobs, versions, finish_reason, trainable, reused_tokens, reuse_from,
-                   break_reason, received_at, started_at, first_token_at, finished_at, held_ms)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-    call: q(`SELECT * FROM calls WHERE id = ?`),
-    callOfAttempt: q(`SELECT id FROM calls WHERE id = ? AND attempt_id = ?`),
-    callsOfAttempt: q(`SELECT * FROM calls WHERE attempt_id = ? ORDER BY seq`),
-    // Attempts in order, then each one's calls by the (attempt_id, seq) index: no sort, no scan.
-    callsOfRollout: q(`SELECT calls.* FROM attempts CROSS JOIN calls ON calls.attempt_id = attempts.id WHERE attempts.rollout_id = ? ORDER BY attempts.idx, calls.seq`),
-    attemptsOfRollout: q(`SELECT * FROM attempts WHERE rollout_id = ? ORDER BY idx`),
-    insertReward: q(`INSERT INTO rewards (id, rollout_id, attempt_id, call_id, value, info, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *`),
-    finalReward: q(`UPDATE rollouts SET reward = ?, updated_at = ? WHERE id = ?`),
-    // Cancelled rollouts' calls are dropped on purpose (a stopped harness's last call may fail).
-    failedCalls: q(`SELECT calls.status, calls.error FROM calls JOIN rollouts ON rollouts.id = calls.rollout_id WHERE calls.status != 200 AND rollouts.state != 'cancelled'`),
-    rewardsOfRollout: q(`SELECT * FROM rewards WHERE rollout_id = ? ORDER BY id`),
-    modelVersion: q(`SELECT * FROM model_versions WHERE version = ?`),
-    insertModelVersion: q(`INSERT INTO model_versions (version, model_id, info, created_at) VALUES (?, ?, ?, ?) RETURNING *`),
-    modelVersions: q(`SELECT * FROM model_versions ORDER BY version`),
-    eventsAfter: q(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ${EVENT_PAGE}`)
-  }
-  const row = (s: Database.Statement, ...params: ReadonlyArray<unknown>) => s.get(...params) as Row | undefined
-  const rows = (s: Database.Statement, ...params: ReadonlyArray<unknown>) => s.all(...params) as Array<Row>
-
+  const st = prepareStatements(db)
   const inTransaction = db.transaction((f: () => unknown) => f()) as <A>(f: () => A) => A
   const fail = (e: unknown) => new StoreError({ message: e instanceof Error ? e.message : String(e) })
 
   /**
-   * An `Emit` that inserts each event in the current transaction and collects it for publishing.
-   * The event is built from what was inserted (not read back): every call records one.
+   * Runs `body` in one transaction with an `Emit` that inserts each event in it and collects it
+   * for publishing; throws when the transaction aborted. An event is built from what was
+   * inserted (not read back): every call records one.
    */
-  const emitInto = (events: Array<StoreEvent>): Emit => (type, ids, data) => {
-    const at = Date.now()
-    const text = json(data)
-    const { lastInsertRowid } = st.insertEvent.run(at, type, ids.rolloutId ?? null, ids.attemptId ?? null, text)
-    const e = new StoreEvent({
-      seq: Number(lastInsertRowid),
-      at,
-      type,
-      rolloutId: ids.rolloutId ?? null,
-      attemptId: ids.attemptId ?? null,
-      data: text === null ? null : data
-    }, true)
-    events.push(e)
-    return e
+  const transact = <A>(body: (emit: Emit) => A) => {
+    const events: Array<StoreEvent> = []
+    const emit: Emit = (type, ids, data) => {
+      const at = Date.now()
+      const text = json(data)
+      const { lastInsertRowid } = st.insertEvent.run(at, type, ids.rolloutId ?? null, ids.attemptId ?? null, text)
+      const e = new StoreEvent({
+        seq: Number(lastInsertRowid),
+        at,
+        type,
+        rolloutId: ids.rolloutId ?? null,
+        attemptId: ids.attemptId ?? null,
+        data: text === null ? null : data
+      }, true)
+      events.push(e)
+      return e
+    }
+    return { result: inTransaction(() => body(emit)), events }
   }
-
-  /**
-   * Attempts by key and by id, so that the attempt of a call is not looked up (and its key not
-   * hashed) in SQLite on every call. This store is the only writer of its file: every state
-   * change goes through `transition`, which refreshes the cached attempt after it commits.
-   */
-  const cache = (() => {
-    const byKey = new Map<string, string>()
-    const byId = new Map<string, Attempt>()
-    const bounded = <K, V>(m: Map<K, V>, k: K, v: V) => {
-      m.set(k, v)
-      if (m.size > ATTEMPT_CACHE) m.delete(m.keys().next().value!)
-    }
-    return {
-      byKey: (key: string): Attempt | undefined => {
-        const id = byKey.get(key)
-        return id === undefined ? undefined : byId.get(id)
-      },
-      byId: (id: string): Attempt | undefined => byId.get(id),
-      remember: (attempt: Attempt, key?: string) => {
-        if (key !== undefined) bounded(byKey, key, attempt.id)
-        bounded(byId, attempt.id, attempt)
-      },
-      /** Keeps a cached attempt current (attempts not cached are read from SQLite when needed). */
-      update: (attempt: Attempt) => {
-        if (byId.has(attempt.id)) byId.set(attempt.id, attempt)
-      }
-    }
-  })()
 
   /** Runs `body` in one transaction; its events are published once it has committed. */
   const write = <A>(body: (emit: Emit) => A): Effect.Effect<A, StoreError | Expected> =>
     Effect.suspend(() => {
-      const events: Array<StoreEvent> = []
-      const emit = emitInto(events)
       try {
-        const result = inTransaction(() => body(emit))
+        const { events, result } = transact(body)
         return Effect.as(PubSub.publishAll(published, events), result)
       } catch (e) {
         return Effect.fail(isExpected(e) ? e : fail(e))
@@ -247,49 +100,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
 
   const read = <A>(f: () => A): Effect.Effect<A, StoreError> => Effect.try({ try: f, catch: fail })
 
-  /**
-   * Group commit for call records: the calls recorded in one turn of the event loop share one
-   * transaction (one WAL append instead of one per call), and each caller resumes after it.
-   */
-  const commits = (() => {
-    let queue: Array<{ readonly call: NewCall; readonly resume: (e: Effect.Effect<LlmCall, StoreError | NotFound>) => void }> = []
-    const flush = () => {
-      const batch = queue
-      queue = []
-      const results: Array<LlmCall | NotFound> = []
-      const events: Array<StoreEvent> = []
-      const emit = emitInto(events)
-      try {
-        inTransaction(() => {
-          for (const item of batch) {
-            try {
-              results.push(insertCall(item.call, emit))
-            } catch (e) {
-              // Only the attempt check throws before writing; anything else aborts the batch.
-              if (e instanceof NotFound) results.push(e)
-              else throw e
-            }
-          }
-        })
-      } catch (e) {
-        const failure = Effect.fail(fail(e))
-        for (const item of batch) item.resume(failure)
-        return
-      }
-      // The hub is unbounded, so offering never waits: no fiber needed to publish.
-      for (const e of events) published.unsafeOffer(e)
-      batch.forEach((item, i) => {
-        const r = results[i]!
-        item.resume(r instanceof NotFound ? Effect.fail(r) : Effect.succeed(r))
-      })
-    }
-    return {
-      add: (call: NewCall, resume: (e: Effect.Effect<LlmCall, StoreError | NotFound>) => void) => {
-        queue.push({ call, resume })
-        if (queue.length === 1) setImmediate(flush)
-      }
-    }
-  })()
+  const cache = makeAttemptCache()
 
   const issueAttempt = (rollout: Row, index: number, start: boolean, emit: Emit): IssuedAttempt => {
     const now = Date.now()
@@ -360,6 +171,24 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
   const found = <A>(value: A | undefined, missing: () => NotFound): Effect.Effect<A, NotFound> =>
     value === undefined ? Effect.fail(missing()) : Effect.succeed(value)
 
+  /** A rollout with its attempts, rewards and the calls `calls` reads. */
+  const detail = (id: string, calls: typeof st.callsOfRollout): Effect.Effect<RolloutDetail, StoreError | NotFound> =>
+    Effect.flatMap(
+      read(() => {
+        const r = row(st.rollout, id)
+        if (r === undefined) return undefined
+        return {
+          rollout: toRollout(r),
+          attempts: rows(st.attemptsOfRollout, id).map(toAttempt),
+          calls: rows(calls, id).map(toCall),
+          rewards: rows(st.rewardsOfRollout, id).map(toReward)
+        }
+      }),
+      (d) => found(d, notFound("rollout", id))
+    )
+
+  const commitCall = makeGroupCommit({ transact, write: insertCall, published, fail })
+
   return {
     createRollout: (input) =>
       write((emit) => {
@@ -407,7 +236,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         return toAttempt(updated)
       }).pipe(Effect.tap((attempt) => Effect.sync(() => cache.update(attempt)))) as Effect.Effect<Attempt, StoreError | NotFound | IllegalTransition>,
 
-    recordCall: (call) => Effect.async<LlmCall, StoreError | NotFound>((resume) => void commits.add(call, resume)),
+    recordCall: commitCall,
 
     call: (id) => Effect.flatMap(read(() => row(st.call, id)), (r) => Effect.map(found(r, notFound("call", id)), toCall)),
 
@@ -427,20 +256,13 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
         return toReward(saved)
       }) as Effect.Effect<Reward, StoreError | NotFound>,
 
-    rollout: (id) =>
-      Effect.flatMap(
-        read(() => {
-          const r = row(st.rollout, id)
-          if (r === undefined) return undefined
-          return {
-            rollout: toRollout(r),
-            attempts: rows(st.attemptsOfRollout, id).map(toAttempt),
-            calls: rows(st.callsOfRollout, id).map(toCall),
-            rewards: rows(st.rewardsOfRollout, id).map(toReward)
-          }
-        }),
-        (d) => found(d, notFound("rollout", id))
-      ),
+    rollout: (id) => detail(id, st.callsOfRollout),
+
+    rolloutTrace: (id) => detail(id, st.traceCallsOfRollout),
+
+    finalReward: (rolloutId, attemptId) => read(() => (row(st.finalRewardOfAttempt, rolloutId, attemptId)?.value as number | undefined) ?? null),
+
+    unfinished: read(() => rows(st.unfinished).map((r) => ({ attempt: toAttempt(r), task: parseJson(r.task), group: r.grp }))),
 
     rollouts: (query) =>
       read(() => {
@@ -491,50 +313,6 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       )
   }
 }
-
-const CHECKPOINT_INTERVAL_MS = 500
-
-/**
- * Starts the WAL checkpointer thread; stops it (after a last checkpoint) with the scope. If it
- * cannot run, SQLite's own automatic checkpoints are turned back on.
- */
-const startCheckpointer = (db: Database.Database, filename: string) =>
-  Effect.acquireRelease(
-    Effect.async<Worker | null>((resume) => {
-      const fallback = (why: unknown) => {
-        db.pragma("wal_autocheckpoint = 1000")
-        resume(Effect.as(Effect.logWarning(`WAL checkpointer unavailable (${String(why)}); checkpointing inline`), null))
-      }
-      let worker: Worker
-      try {
-        worker = new Worker(new URL("./checkpointer.mjs", import.meta.url), { workerData: { filename, intervalMs: CHECKPOINT_INTERVAL_MS } })
-      } catch (e) {
-        return fallback(e)
-      }
-      const onError = (e: Error) => fallback(e)
-      worker.once("error", onError)
-      worker.once("message", (m: { ready?: boolean; error?: string }) => {
-        worker.off("error", onError)
-        if (!m.ready) return fallback(m.error)
-        worker.on("error", (e) => Effect.runFork(Effect.logWarning(`WAL checkpointer failed: ${e.message}`)))
-        worker.unref()
-        resume(Effect.succeed(worker))
-      })
-    }),
-    (worker) =>
-      worker === null
-        ? Effect.void
-        : Effect.async<void>((resume) => {
-            const done = () => resume(Effect.promise(() => worker.terminate()).pipe(Effect.asVoid))
-            const timer = setTimeout(done, 5_000)
-            worker.on("message", (m: { stopped?: boolean }) => {
-              if (!m.stopped) return
-              clearTimeout(timer)
-              done()
-            })
-            worker.postMessage("stop")
-          })
-  )
 
 /** Opens (creating and migrating if needed) the store in `filename`; closes it with the scope. */
 export const make = (filename: string): Effect.Effect<StoreService, StoreError, Scope.Scope> =>
