@@ -7,18 +7,20 @@
  * calc's prompt, schema and tool texts, and the exit codes and `ANSWER:` line are calc's.
  */
 import { it as effectIt } from "@effect/vitest"
-import { HarnessSpec, VerifierSpec } from "@reins/protocol"
-import { Context, Effect, Layer } from "effect"
+import { isContextFull, isHarnessError } from "@reins/protocol"
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
-import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
-import { EvalConfig, loadRunConfig, Reins, RunConfig, trainerConfig } from "reins"
+import { loadRunConfig, trainerConfig } from "reins"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
-import { runToolCall, SYSTEM_PROMPT, TOOLS } from "../../examples/calc/agent.mjs"
+import { extractAnswer, runToolCall, SYSTEM_PROMPT, TOOLS } from "../../examples/calc/agent.mjs"
+import { evaluate } from "../../examples/calc/calculator.mjs"
+import { recorded, startReins, tempDir, tempRun } from "../e2e/run.js"
 import { callsOf, isPrefix, type Running, startGateway } from "../gateway/harness.js"
 import { type Conversation, tinyPolicy, type TinyPolicy } from "../gateway/policy.js"
+
+type Json = Record<string, any>
 
 const HARNESS = fileURLToPath(new URL("../../examples/agents-sdk/harness.mjs", import.meta.url))
 const CONFIG = fileURLToPath(new URL("../../examples/agents-sdk/reins.config.json", import.meta.url))
@@ -195,46 +197,61 @@ describe("the Agents SDK calc harness against a real Gateway", () => {
 // ---------------------------------------------------------------------------------------------
 
 describe("the Agents SDK calc harness under reins train", () => {
+  /** What the harness answered, read from its recorded Responses calls as the SDK reads them. */
+  const answerOf = (calls: ReadonlyArray<{ readonly status: number; readonly response: unknown }>): string => {
+    const last = calls.at(-1)
+    if (last === undefined || last.status !== 200) return "" // no call, or the context filled up
+    const output = ((last.response as Json).output ?? []) as Array<Json>
+    if (output.some((o) => o.type === "function_call")) return "" // the turn limit ended it mid-loop
+    return extractAnswer(output.filter((o) => o.type === "message").flatMap((o) => o.content.map((c: Json) => c.text)).join(""))
+  }
+
   effectIt.scopedLive("trains a version from the calc base through its run config", () =>
     Effect.gen(function*() {
-      const dir = yield* Effect.acquireRelease(
-        Effect.sync(() => mkdtempSync(path.join(os.tmpdir(), "reins-agents-sdk-"))),
-        (d) => Effect.sync(() => rmSync(d, { recursive: true, force: true }))
-      )
+      const dir = yield* tempDir
       const { run } = yield* loadRunConfig(CONFIG)
-      // The config's paths resolve to calc's base, tasks and verifier.
-      expect([run.model, run.tasks, run.harness.cwd]).toEqual([
+      // The config's relative paths resolve to calc's base, tasks and (from the harness's cwd) verifier.
+      expect([run.model, run.tasks, run.harness.cwd, run.eval.tasks]).toEqual([
         fileURLToPath(new URL("../../examples/calc/base", import.meta.url)),
         fileURLToPath(new URL("../../examples/calc/tasks/train.jsonl", import.meta.url)),
-        path.dirname(CONFIG)
+        path.dirname(CONFIG),
+        fileURLToPath(new URL("../../examples/calc/tasks/test.jsonl", import.meta.url))
       ])
-      // Niceness 0 (the launcher's default is 19): starved harnesses would hit their timeouts on a busy machine.
-      const local = new RunConfig({
-        ...run,
-        harness: new HarnessSpec({ ...run.harness, nice: 0, verifier: new VerifierSpec({ ...run.harness.verifier!, nice: 0 }) }),
-        runs_dir: path.join(dir, "runs"),
-        data_dir: path.join(dir, "data"),
-        concurrency: 8,
-        eval: new EvalConfig({ ...run.eval, enabled: false })
-      })
-      const reins = Context.get(yield* Layer.build(Reins.local({ run: local })), Reins.Reins)
+      const reins = yield* startReins(tempRun(run, dir))
       const base = yield* reins.version
+      // One group of four: the harness costs ~1 s of CPU per process (the SDK's import).
       const summary = yield* reins.train(trainerConfig({ schedule: "sync", batch_groups: 1, group_size: 4, max_versions: 1, lr: 3e-4, std_scaling: true, checkpoint_every: 0 }))
       expect(summary.versions).toBe(1)
       expect(yield* reins.version).toBe(base + 1)
 
-      const page = yield* reins.stack.store.rollouts({ limit: 1000 })
-      const finished = page.rollouts.filter((r) => r.state === "succeeded")
+      const rollouts = yield* recorded(reins)
+      expect(rollouts.filter((r) => r.rollout.state === "failed")).toEqual([])
+      expect((yield* reins.stack.store.failedCalls).filter(isHarnessError)).toEqual([])
+      const finished = rollouts.filter((r) => r.rollout.state === "succeeded")
       expect(finished.length).toBeGreaterThanOrEqual(4)
-      // Every rollout was scored by calc's verifier and made Responses calls only; where the base
-      // called its tool (about a third of its answers), each call extends the one before exactly
-      // (the tool loop's chain itself is asserted above, deterministically).
       for (const r of finished) {
-        expect(r.reward === 0 || r.reward === 1).toBe(true)
-        const calls = [...(yield* reins.stack.store.rollout(r.id)).calls].sort((a, b) => a.seq - b.seq)
-        expect(calls.length).toBeGreaterThan(0)
-        for (const c of calls) expect([c.endpoint, c.status]).toEqual(["responses", 200])
-        for (let i = 1; i < calls.length; i++) expect(isPrefix([...calls[i - 1]!.promptIds, ...calls[i - 1]!.outputIds], [...calls[i]!.promptIds])).toBe(true)
+        expect(r.calls.length).toBeGreaterThan(0)
+        for (const c of r.calls) {
+          expect({ endpoint: c.endpoint, protocol: c.protocol }).toEqual({ endpoint: "responses", protocol: "openai" })
+          expect(c.status === 200 || isContextFull(c)).toBe(true)
+        }
+        expect(r.chained).toBe(true)
+        // calc's verifier scored the harness's answer.
+        const expected = evaluate((r.rollout.task as Json).input.question)
+        const answer = answerOf(r.calls)
+        expect(r.rollout.reward).toBe(answer !== "" && Math.abs(Number(answer) - expected) < 1e-6 ? 1 : 0)
+      }
+      // Where the base called its tool (about a third of its answers; the loop itself is asserted
+      // deterministically above), the SDK sent each result back by call_id and the next call
+      // reused the whole previous call as its exact ids.
+      for (const r of finished) {
+        for (let k = 1; k < r.calls.length; k++) {
+          const [before, next] = [r.calls[k - 1]!, r.calls[k]!]
+          const asked = ((before.response as Json).output as Array<Json>).filter((o) => o.type === "function_call").map((o) => o.call_id)
+          const sent = ((next.request as Json).input as Array<Json>).filter((i) => i.type === "function_call_output").slice(-asked.length).map((i) => i.call_id)
+          expect(sent).toEqual(asked)
+          if (next.status === 200) expect(next.reuse).toMatchObject({ reusedTokens: before.promptIds.length + before.outputIds.length, fromCallId: before.id, break: null })
+        }
       }
     }), 300_000)
 })
