@@ -22,41 +22,9 @@
 import { Agent, MaxTurnsExceededError, run, setDefaultOpenAIClient, setTracingDisabled, tool } from "@openai/agents"
 import OpenAI from "openai"
 import { ANSWER_PREFIX, extractAnswer, runToolCall, SYSTEM_PROMPT, TOOLS } from "../calc/agent.mjs"
+import { harnessIO } from "../calc/settings.mjs"
 
-const fail = (code, message) => {
-  process.stderr.write(`agents-sdk harness: ${message}\n`)
-  process.exit(code)
-}
-
-// The task and settings are read exactly as examples/calc/harness.mjs reads them.
-const numberSetting = (name, fallback, integer = false) => {
-  const raw = process.env[name]
-  if (raw === undefined || raw.trim() === "") return fallback
-  const value = Number(raw)
-  const kind = integer ? "integer" : "number"
-  if (!Number.isFinite(value) || value < 0 || (integer && !Number.isInteger(value))) {
-    fail(2, `${name} must be a non-negative ${kind}, got ${JSON.stringify(raw)}`)
-  }
-  return value
-}
-
-/** The question from REINS_TASK (JSON) or argv[2] (JSON or plain text). */
-const readQuestion = () => {
-  const raw = process.env.REINS_TASK ?? process.argv[2]
-  if (raw === undefined) fail(2, "no task: set REINS_TASK to {\"question\": \"...\"} or pass the question as an argument")
-  let task = raw
-  try {
-    task = JSON.parse(raw)
-  } catch {
-    // a plain question such as `node harness.mjs "3+4"` (3+4 itself is not JSON)
-  }
-  const question = typeof task === "object" && task !== null ? task.question : task
-  if (typeof question === "number") return String(question)
-  if (typeof question !== "string" || question.trim() === "") fail(2, `task has no question: ${raw.slice(0, 200)}`)
-  return question
-}
-
-const log = process.env.CALC_VERBOSE === "1" ? (line) => process.stderr.write(`${line}\n`) : () => {}
+const { fail, log, readSettings } = harnessIO("agents-sdk harness")
 
 /**
  * The SDK exports traces of every run to OpenAI (api.openai.com/v1/traces/ingest) with
@@ -101,10 +69,7 @@ const calculateTool = (() => {
 const isContextFull = (e) => e instanceof OpenAI.APIError && e.code === "context_length_exceeded"
 
 const main = async () => {
-  const question = readQuestion()
-  const temperature = numberSetting("CALC_TEMPERATURE", 1)
-  const maxTokens = numberSetting("CALC_MAX_TOKENS", 64, true)
-  const maxTurns = numberSetting("CALC_MAX_TURNS", 4, true)
+  const { question, temperature, maxTokens, maxTurns } = readSettings()
   if (!isOpenAI(process.env.OPENAI_BASE_URL)) setTracingDisabled(true)
   // The SDK's default client reads OPENAI_BASE_URL and OPENAI_API_KEY; one is made here only
   // because local servers (e.g. `reins serve` without a key) accept any key and the SDK insists

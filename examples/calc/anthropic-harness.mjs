@@ -17,40 +17,9 @@
  */
 import Anthropic from "@anthropic-ai/sdk"
 import { ANSWER_PREFIX, TOOLS, extractAnswer, firstMessages, runToolCall } from "./agent.mjs"
+import { harnessIO } from "./settings.mjs"
 
-const fail = (code, message) => {
-  process.stderr.write(`calc harness (messages): ${message}\n`)
-  process.exit(code)
-}
-
-const numberSetting = (name, fallback, integer = false) => {
-  const raw = process.env[name]
-  if (raw === undefined || raw.trim() === "") return fallback
-  const value = Number(raw)
-  const kind = integer ? "integer" : "number"
-  if (!Number.isFinite(value) || value < 0 || (integer && !Number.isInteger(value))) {
-    fail(2, `${name} must be a non-negative ${kind}, got ${JSON.stringify(raw)}`)
-  }
-  return value
-}
-
-/** The question from REINS_TASK (JSON) or argv[2] (JSON or plain text). */
-const readQuestion = () => {
-  const raw = process.env.REINS_TASK ?? process.argv[2]
-  if (raw === undefined) fail(2, "no task: set REINS_TASK to {\"question\": \"...\"} or pass the question as an argument")
-  let task = raw
-  try {
-    task = JSON.parse(raw)
-  } catch {
-    // a plain question such as `node anthropic-harness.mjs "3+4"` (3+4 itself is not JSON)
-  }
-  const question = typeof task === "object" && task !== null ? task.question : task
-  if (typeof question === "number") return String(question)
-  if (typeof question !== "string" || question.trim() === "") fail(2, `task has no question: ${raw.slice(0, 200)}`)
-  return question
-}
-
-const log = process.env.CALC_VERBOSE === "1" ? (line) => process.stderr.write(`${line}\n`) : () => {}
+const { fail, log, readSettings } = harnessIO("calc harness (messages)")
 
 /** The calc tools in Messages' shape: the same name and JSON schema (`input_schema` is chat's `parameters`). */
 const MESSAGES_TOOLS = TOOLS.map((t) => ({ name: t.function.name, input_schema: t.function.parameters }))
@@ -80,10 +49,7 @@ const create = (client, request) =>
 const asToolCall = (use) => ({ id: use.id, type: "function", function: { name: use.name, arguments: JSON.stringify(use.input ?? null) } })
 
 const main = async () => {
-  const question = readQuestion()
-  const temperature = numberSetting("CALC_TEMPERATURE", 1)
-  const maxTokens = numberSetting("CALC_MAX_TOKENS", 64, true)
-  const maxTurns = numberSetting("CALC_MAX_TURNS", 4, true)
+  const { question, temperature, maxTokens, maxTurns } = readSettings()
   // Local servers (e.g. `reins serve` without a key) accept any key; the SDK insists on one.
   const client = new Anthropic({ apiKey: process.env.ANTHROPIC_API_KEY || "none" })
   const model = process.env.ANTHROPIC_MODEL || (await client.models.list()).data[0]?.id

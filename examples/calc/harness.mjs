@@ -16,40 +16,9 @@
  */
 import OpenAI from "openai"
 import { ANSWER_PREFIX, TOOLS, assistantMessage, extractAnswer, firstMessages, runToolCall } from "./agent.mjs"
+import { harnessIO } from "./settings.mjs"
 
-const fail = (code, message) => {
-  process.stderr.write(`calc harness: ${message}\n`)
-  process.exit(code)
-}
-
-const numberSetting = (name, fallback, integer = false) => {
-  const raw = process.env[name]
-  if (raw === undefined || raw.trim() === "") return fallback
-  const value = Number(raw)
-  const kind = integer ? "integer" : "number"
-  if (!Number.isFinite(value) || value < 0 || (integer && !Number.isInteger(value))) {
-    fail(2, `${name} must be a non-negative ${kind}, got ${JSON.stringify(raw)}`)
-  }
-  return value
-}
-
-/** The question from REINS_TASK (JSON) or argv[2] (JSON or plain text). */
-const readQuestion = () => {
-  const raw = process.env.REINS_TASK ?? process.argv[2]
-  if (raw === undefined) fail(2, "no task: set REINS_TASK to {\"question\": \"...\"} or pass the question as an argument")
-  let task = raw
-  try {
-    task = JSON.parse(raw)
-  } catch {
-    // a plain question such as `node harness.mjs "3+4"` (3+4 itself is not JSON)
-  }
-  const question = typeof task === "object" && task !== null ? task.question : task
-  if (typeof question === "number") return String(question)
-  if (typeof question !== "string" || question.trim() === "") fail(2, `task has no question: ${raw.slice(0, 200)}`)
-  return question
-}
-
-const log = process.env.CALC_VERBOSE === "1" ? (line) => process.stderr.write(`${line}\n`) : () => {}
+const { fail, log, readSettings } = harnessIO("calc harness")
 
 /** One model call; a conversation longer than the model's context ends the episode, as in mini-swe. */
 const complete = (client, request) =>
@@ -59,10 +28,7 @@ const complete = (client, request) =>
   })
 
 const main = async () => {
-  const question = readQuestion()
-  const temperature = numberSetting("CALC_TEMPERATURE", 1)
-  const maxTokens = numberSetting("CALC_MAX_TOKENS", 64, true)
-  const maxTurns = numberSetting("CALC_MAX_TURNS", 4, true)
+  const { question, temperature, maxTokens, maxTurns } = readSettings()
   // Local servers (e.g. `reins serve` without a key) accept any key; the SDK insists on one.
   const client = new OpenAI({ apiKey: process.env.OPENAI_API_KEY || "none" })
   const model = process.env.OPENAI_MODEL || (await client.models.list()).data[0]?.id
