@@ -8,8 +8,10 @@
  * to the worker, so local callers, remote callers and supervision work exactly as for any actor.
  * If the worker dies or exits, the actor crashes and restarts with a fresh worker.
  *
- * Workers run TypeScript through tsx: they start at `worker-bootstrap.mjs`, which registers tsx's
- * loader in the thread and imports the entry (Node 20 ignores `--import tsx` for workers).
+ * A compiled entry (`.js`, what an installed reins runs) starts directly. A TypeScript entry (this
+ * repository's sources, under `--conditions=reins-source`) starts at `worker-bootstrap.mjs`, which
+ * registers tsx's loader in the thread and imports the entry (Node 20 ignores `--import tsx` for
+ * workers); tsx is then an (optional) peer dependency.
  */
 import * as NodeWorker from "@effect/platform-node/NodeWorker"
 import * as NodeWorkerRunner from "@effect/platform-node/NodeWorkerRunner"
@@ -25,11 +27,11 @@ import * as WorkerThreads from "node:worker_threads"
 import { ActorContext } from "./ActorContext.js"
 import type { RestartPolicy } from "./Supervisor.js"
 
-/** The `.mjs` file every worker thread starts from. */
+/** The `.mjs` file a worker thread with a TypeScript entry starts from. */
 export const bootstrapPath = fileURLToPath(new URL("./worker-bootstrap.mjs", import.meta.url))
 
 export interface WorkerActorOptions {
-  /** The worker's entry module (a path or file URL; `.ts` is fine). It calls `Worker.serve`. */
+  /** The worker's entry module (a path or file URL; `.ts` starts through tsx). It calls `Worker.serve`. */
   readonly entry: string | URL
   /** As in `ActorOptions`: the registered name (default: the actor's name). */
   readonly name?: string | ((node: string) => string)
@@ -42,12 +44,16 @@ export interface WorkerActorOptions {
 const entryUrl = (entry: string | URL) =>
   entry instanceof URL ? entry.href : entry.startsWith("file:") ? entry : pathToFileURL(entry).href
 
-/** Starts a worker thread running `entry` through the tsx bootstrap. */
-export const spawnThread = (entry: string | URL, options: { data?: unknown; resourceLimits?: WorkerThreads.ResourceLimits } = {}) =>
-  new WorkerThreads.Worker(bootstrapPath, {
-    workerData: { entry: entryUrl(entry), data: options.data },
+const isTypeScript = (url: string) => /\.[cm]?ts$/.test(new URL(url).pathname)
+
+/** Starts a worker thread running `entry`: directly, or through the tsx bootstrap when it is TypeScript. */
+export const spawnThread = (entry: string | URL, options: { data?: unknown; resourceLimits?: WorkerThreads.ResourceLimits } = {}) => {
+  const url = entryUrl(entry)
+  return new WorkerThreads.Worker(isTypeScript(url) ? bootstrapPath : new URL(url), {
+    workerData: { entry: url, data: options.data },
     ...(options.resourceLimits ? { resourceLimits: options.resourceLimits } : {})
   })
+}
 
 /** In a worker: the `data` the node passed in `WorkerActorOptions`. */
 export const data = (): unknown => (WorkerThreads.workerData as { data?: unknown } | null)?.data

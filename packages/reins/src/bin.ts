@@ -1,6 +1,7 @@
 /** The `reins` command line: `reins --help` lists the commands. */
 import { ValidationError } from "@effect/cli"
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect } from "effect"
 import { cli } from "./cli/main.js"
 

@@ -50,7 +50,8 @@ export interface DeviceWorkerData extends DeviceOptions {
 /** Runs a device actor (default `Device`) in a worker thread of this node. */
 export const workerLayer = (options: DeviceOptions, actor: DeviceActor = Device) =>
   actor.toWorkerLayer({
-    entry: new URL("./worker.ts", import.meta.url),
+    // worker.js beside the compiled Device.js; worker.ts when running from the sources (tests)
+    entry: new URL(import.meta.url.endsWith(".ts") ? "./worker.ts" : "./worker.js", import.meta.url),
     data: { ...options, actorName: actor.name } satisfies DeviceWorkerData
   })
 

@@ -6,6 +6,7 @@
  */
 import { Args, Command } from "@effect/cli"
 import { Console, Data, Effect, Option } from "effect"
+import { spawn } from "node:child_process"
 import { existsSync, readdirSync } from "node:fs"
 import path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
@@ -38,6 +39,13 @@ const runBenchmark = (name: Option.Option<string>, args: ReadonlyArray<string>) 
     if (!names.includes(name.value)) {
       return yield* new BenchError({ message: `unknown benchmark ${JSON.stringify(name.value)}; available: ${names.join(", ")}` })
     }
+    if (!import.meta.url.endsWith(".ts")) {
+      // The compiled CLI: a benchmark is TypeScript of this checkout, importing its sources, so
+      // it runs as `npm run bench` runs it: this command again, from the sources.
+      const code = yield* fromSources([name.value, "--", ...args])
+      if (code !== 0) return yield* new BenchError({ message: `benchmark ${name.value} exited with code ${code}` })
+      return
+    }
     const file = pathToFileURL(path.join(benchDir, `${name.value}.ts`)).href
     const mod = yield* Effect.tryPromise({
       try: () => import(file) as Promise<{ default?: unknown }>,
@@ -49,6 +57,16 @@ const runBenchmark = (name: Option.Option<string>, args: ReadonlyArray<string>) 
       try: () => (main as (args: ReadonlyArray<string>) => Promise<void>)(args),
       catch: (e) => new BenchError({ message: e instanceof Error ? e.message : String(e) })
     })
+  })
+
+/** `reins bench ARGS` under `--conditions=reins-source` (bin/reins.js then runs the sources through tsx). */
+const fromSources = (args: ReadonlyArray<string>) =>
+  Effect.async<number>((resume) => {
+    const bin = fileURLToPath(new URL("../../bin/reins.js", import.meta.url))
+    const env = { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --conditions=reins-source`.trim() }
+    const child = spawn(process.execPath, [bin, "bench", ...args], { stdio: "inherit", env })
+    child.on("error", () => resume(Effect.succeed(1)))
+    child.on("exit", (code, signal) => resume(Effect.succeed(code ?? (signal ? 1 : 0))))
   })
 
 const name = Args.text({ name: "name" }).pipe(Args.optional, Args.withDescription("The benchmark (bench/NAME.ts); omit to list them."))

@@ -9,7 +9,6 @@ import { Console, Effect, Option } from "effect"
 import { existsSync } from "node:fs"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
-import { EvalConfig, loadRunConfig, RunConfig } from "../run/RunConfig.js"
 import { failWith } from "./node.js"
 
 const model = Options.directory("model", { exists: "yes" }).pipe(Options.optional, Options.withDescription("The policy to evaluate (default: the config's model)."))
@@ -35,6 +34,8 @@ const configFile = (args: { harness: Option.Option<string>; config: Option.Optio
 
 export const evalCommand = Command.make("eval", { model, harness, config, split, samples, limit, json }, (args) =>
   Effect.gen(function*() {
+    // Loaded on use, so `reins --help` and the other commands start fast.
+    const { EvalConfig, loadRunConfig, RunConfig } = yield* Effect.promise(() => import("../run/RunConfig.js"))
     const { run, trainer } = yield* loadRunConfig(yield* configFile(args))
     const evalConfig = new EvalConfig({
       ...run.eval,

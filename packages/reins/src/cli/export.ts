@@ -6,7 +6,6 @@
  * (a PEFT adapter directory) and writes its base with the adapter merged in.
  */
 import { Command, Options } from "@effect/cli"
-import * as policy from "@reins/policy"
 import { Console, Data, Effect, Option } from "effect"
 import { existsSync, readdirSync } from "node:fs"
 import * as fs from "node:fs/promises"
@@ -29,6 +28,8 @@ const TOKENIZER_EXTRAS = ["tokenizer_config.json", "special_tokens_map.json"]
 
 const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Option.Option<"bf16" | "f16" | "f32"> }) =>
   Effect.gen(function* () {
+    // Loaded on use: TensorFlow.js is no part of the other commands' start-up.
+    const policy = yield* Effect.promise(() => import("@reins/policy"))
     const isAdapter = existsSync(path.join(args.model, policy.ADAPTER_CONFIG_FILE)) && !existsSync(path.join(args.model, "config.json"))
     if (isAdapter && !args.mergeLora) {
       return yield* new ExportError({ message: `${args.model} is a LoRA adapter (PEFT layout, loadable as it is by peft and vLLM); pass --merge-lora to write base + adapter as one model` })

@@ -7,10 +7,14 @@
  * another rollout node.
  */
 import { Command, Options } from "@effect/cli"
-import { ActorSystem, Node, NodeStartError, Probe } from "@reins/runtime"
+import type { RolloutOnStop } from "@reins/rollout/controller"
+import type { ActorSystem, Node, NodeStartError } from "@reins/runtime"
 import { Console, Effect, Layer, Option } from "effect"
+
+// Loaded on use, so `reins --help` and the commands that need neither start fast.
+const loadRuntime = Effect.promise(() => import("@reins/runtime"))
 // The controller subpath keeps the Kubernetes client out of every node's start-up.
-import { launcherActorLayerFromEnv, type RolloutOnStop } from "@reins/rollout/controller"
+const loadController = Effect.promise(() => import("@reins/rollout/controller"))
 
 /** Flags of `reins node` that configure a role's actors. */
 export interface RoleOptions {
@@ -30,14 +34,25 @@ export interface Role {
  * so a cluster's membership can be checked before a run starts.
  */
 export const roleActors: Record<string, Role> = {
-  gateway: { description: "answers Ping as `gateway` (the Gateway itself runs in `reins train --join` or `reins serve`)", actors: () => Probe.layer("gateway") },
-  trainer: { description: "answers Ping as `trainer` (the Trainer itself runs in `reins train --join`)", actors: () => Probe.layer("trainer") },
+  gateway: {
+    description: "answers Ping as `gateway` (the Gateway itself runs in `reins train --join` or `reins serve`)",
+    actors: () => Layer.unwrapEffect(Effect.map(loadRuntime, ({ Probe }) => Probe.layer("gateway")))
+  },
+  trainer: {
+    description: "answers Ping as `trainer` (the Trainer itself runs in `reins train --join`)",
+    actors: () => Layer.unwrapEffect(Effect.map(loadRuntime, ({ Probe }) => Probe.layer("trainer")))
+  },
   rollout: {
     description:
       "launcher actor `rollout/<node id>`: runs rollout attempts on this node (local processes; REINS_ROLLOUT_LAUNCHER=kubernetes for Jobs, " +
       "owned by this node's id, in REINS_ROLLOUT_NAMESPACES; REINS_ROLLOUT_CONCURRENCY=N, default 8)",
     actors: (options) =>
-      Layer.unwrapEffect(Effect.map(Node.CurrentNode, (node) => launcherActorLayerFromEnv({ dataDir: node.dataDir, nodeId: node.id, onStop: options.rolloutOnStop })))
+      Layer.unwrapEffect(Effect.gen(function*() {
+        const { Node } = yield* loadRuntime
+        const { launcherActorLayerFromEnv } = yield* loadController
+        const node = yield* Node.CurrentNode
+        return launcherActorLayerFromEnv({ dataDir: node.dataDir, nodeId: node.id, onStop: options.rolloutOnStop })
+      }))
   }
 }
 
@@ -57,7 +72,7 @@ export interface NodeArgs {
   readonly rolloutOnStop?: Option.Option<RolloutOnStop> | undefined
 }
 
-const fail = (detail: string) => Effect.fail(new NodeStartError({ detail }))
+const fail = (detail: string) => Effect.flatMap(loadRuntime, ({ NodeStartError }) => Effect.fail(new NodeStartError({ detail })))
 
 /** Prints a failure as one line and exits 1 (no stack trace for a bad flag or a busy port). */
 export const failWith = (command: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -88,6 +103,7 @@ export const parseRoles = (roles: string): Effect.Effect<ReadonlyArray<string>, 
 /** Runs a node until interrupted (SIGINT/SIGTERM under `NodeRuntime.runMain`). */
 export const runNode = (args: NodeArgs) =>
   Effect.gen(function*() {
+    const { ActorSystem, Node } = yield* loadRuntime
     const { host, port } = yield* parseListen(args.listen)
     if (!(args.downAfter > 0)) return yield* fail("--down-after must be a positive number of seconds")
     const actors = args.roles.reduce<Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>>(

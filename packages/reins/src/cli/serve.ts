@@ -7,7 +7,7 @@
 import { Command, Options } from "@effect/cli"
 import { HttpServer } from "@effect/platform"
 import type * as GatewayModule from "@reins/gateway"
-import { ActorSystem } from "@reins/runtime"
+import type { ActorSystem } from "@reins/runtime"
 import { Console, Duration, Effect, Layer, Option } from "effect"
 import path from "node:path"
 import { type ParserSettings, policyBackend } from "../wiring/policyBackend.js"
@@ -113,6 +113,7 @@ export const runServe = (args: ServeArgs) =>
     }
     if (!(args.maxHold > 0)) return yield* Effect.fail(new Error("--max-hold must be a positive number of seconds"))
     const { Gateway } = yield* loadGateway
+    const { ActorSystem } = yield* Effect.promise(() => import("@reins/runtime"))
     const backend = yield* backendOf(args, Gateway)
     const dataDir = path.resolve(args.data)
     const gateway = Gateway.layer({

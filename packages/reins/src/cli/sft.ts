@@ -12,20 +12,15 @@
  */
 import { Command, Options } from "@effect/cli"
 import type { ChatTemplate, Tokenizer } from "@reins/policy/text"
-import {
-  buildSequences,
-  compactChatTemplate,
-  type DemoLine,
-  planSteps,
-  readDemos,
-  type SftSequence,
-  tokenNormalized,
-  trainDemoTokenizer
-} from "@reins/trainer"
+import type { DemoLine, SftSequence } from "@reins/trainer"
 import { Console, Data, Effect, Option } from "effect"
 import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+
+// Loaded by `run` before anything uses it, so `reins --help` and the other commands start fast.
+let trainer: typeof import("@reins/trainer")
+const loadTrainer = Effect.promise(async () => (trainer ??= await import("@reins/trainer")))
 
 export class SftError extends Data.TaggedError("SftError")<{ readonly message: string }> {}
 
@@ -154,13 +149,13 @@ const startingPolicy = (s: Settings, demoLines: ReadonlyArray<DemoLine>) =>
       return { ...dir, chatTemplate, version: dir.config.version + 1, fresh: false }
     }
     const template: ChatTemplate = s.template === undefined
-      ? compactChatTemplate()
+      ? trainer.compactChatTemplate()
       : yield* io(`cannot read --template ${s.template}`, () => fs.readFile(s.template!, "utf8")).pipe(
         Effect.flatMap((source) => Effect.try({ try: () => policy.ChatTemplate.fromString(source), catch: (e) => new SftError({ message: `--template ${s.template}: ${(e as Error).message}` }) }))
       )
     const started = performance.now()
     const tokenizer: Tokenizer = yield* Effect.try({
-      try: () => trainDemoTokenizer(demoLines.map((d) => d.demo), template, { vocabSize: s.arch.vocab }),
+      try: () => trainer.trainDemoTokenizer(demoLines.map((d) => d.demo), template, { vocabSize: s.arch.vocab }),
       catch: (e) => new SftError({ message: `tokenizer training failed: ${(e as Error).message}` })
     })
     yield* Console.error(`tokenizer: ${tokenizer.vocabSize} tokens learned from the demos in ${((performance.now() - started) / 1000).toFixed(1)} s (digits stay single tokens)`)
@@ -206,7 +201,7 @@ const trainLoop = (
         // A step blocks the thread for up to a second; a turn of the event loop between steps
         // lets SIGINT/SIGTERM interrupt the run at once instead of after the last step.
         yield* Effect.sleep(0)
-        const step = tokenNormalized(sequences, plan[k]!)
+        const step = trainer.tokenNormalized(sequences, plan[k]!)
         for (const s of step) tokens += s.tokens.length - 1
         const batches = policy.packSequences(step, { maxTokens: MICRO_BATCH_TOKENS, maxSeqLen: model.config.contextLength })
         const stats = yield* Effect.try({
@@ -264,7 +259,7 @@ const trainingData = (s: Settings, demoLines: ReadonlyArray<DemoLine>, start: St
   Effect.gen(function*() {
     const context = start.config.contextLength
     const built = yield* Effect.try({
-      try: () => buildSequences({ tokenizer: start.tokenizer, template: start.chatTemplate }, demoLines, context),
+      try: () => trainer.buildSequences({ tokenizer: start.tokenizer, template: start.chatTemplate }, demoLines, context),
       catch: (e) => new SftError({ message: `cannot build training sequences: ${(e as Error).message}` })
     })
     const tooLong = built.dropped.filter((d) => d.reason === "too-long").length
@@ -275,7 +270,7 @@ const trainingData = (s: Settings, demoLines: ReadonlyArray<DemoLine>, start: St
     }
     const count = built.sequences.length
     if (count === 0) return yield* new SftError({ message: `nothing to train on: ${unrenderable?.message ?? `no demo fits the context of ${context} tokens`}` })
-    const plan = planSteps({ count, batchSize: s.batch, steps: s.steps, epochs: s.epochs, seed: s.seed + 1 })
+    const plan = trainer.planSteps({ count, batchSize: s.batch, steps: s.steps, epochs: s.epochs, seed: s.seed + 1 })
     let tokens = 0
     let longest = 0
     let trained = 0
@@ -292,9 +287,10 @@ const trainingData = (s: Settings, demoLines: ReadonlyArray<DemoLine>, start: St
 
 const run = (raw: Raw) =>
   Effect.gen(function*() {
+    yield* loadTrainer
     const s = yield* settingsOf(raw)
     yield* checkOut(s.out)
-    const parsed = yield* readDemos(s.demos, { skipInvalid: s.skipInvalid })
+    const parsed = yield* trainer.readDemos(s.demos, { skipInvalid: s.skipInvalid })
     if (parsed.skipped.length > 0) {
       const first = parsed.skipped[0]!
       yield* Console.error(`skipped ${parsed.skipped.length} invalid demo lines (first: line ${first.line}: ${first.message})`)

@@ -4,7 +4,7 @@
  * secret and asks the node's system actor.
  */
 import { Command, Options } from "@effect/cli"
-import { Cluster, type ClusterStatus, Secret } from "@reins/runtime"
+import type { ClusterStatus } from "@reins/runtime"
 import { Console, Effect, Logger, LogLevel, Option } from "effect"
 import { DEFAULT_DATA, failWith } from "./node.js"
 
@@ -30,6 +30,7 @@ const timeout = Options.float("timeout").pipe(Options.withDefault(10), Options.w
 
 export const status = Command.make("status", { join, json, secretFile, data, timeout }, (args) =>
   Effect.gen(function*() {
+    const { Cluster, Secret } = yield* Effect.promise(() => import("@reins/runtime"))
     const { secret } = yield* Secret.load({ secretFile: Option.getOrUndefined(args.secretFile), dataDir: args.data, generate: false })
     const result = yield* Cluster.status({ join: args.join, secret }).pipe(
       Effect.timeoutFail({ duration: `${args.timeout} seconds`, onTimeout: () => new Error(`no answer from ${args.join} within ${args.timeout} s`) })

@@ -4,14 +4,13 @@
  * half of a model directory).
  */
 import { Command, Options } from "@effect/cli"
-import { ChatTemplate, DEFAULT_SPECIAL_TOKENS, saveChatTemplate, saveTokenizer, TokenizerError, trainBpe } from "@reins/policy/text"
 import { Console, Effect } from "effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 
 const corpus = Options.file("corpus").pipe(Options.withDescription("UTF-8 text file to learn merges from."))
 const vocab = Options.integer("vocab").pipe(
-  Options.withDescription(`Vocabulary size including the 256 byte tokens and the ${DEFAULT_SPECIAL_TOKENS.length} special tokens (an upper bound: training stops when no pair repeats).`)
+  Options.withDescription("Vocabulary size including the 256 byte tokens and the special tokens (an upper bound: training stops when no pair repeats).")
 )
 const out = Options.directory("out").pipe(Options.withDescription("Directory to write tokenizer.json and chat_template.jinja into (created if missing)."))
 const minFrequency = Options.integer("min-frequency").pipe(
@@ -19,7 +18,10 @@ const minFrequency = Options.integer("min-frequency").pipe(
   Options.withDescription("Only merge pairs that occur at least this often.")
 )
 
-const readCorpus = (file: string) =>
+// Loaded on use, so `reins --help` and the other commands start fast.
+const loadText = Effect.promise(() => import("@reins/policy/text"))
+
+const readCorpus = ({ TokenizerError }: typeof import("@reins/policy/text"), file: string) =>
   Effect.tryPromise({
     try: () => fs.readFile(file, "utf8"),
     catch: (e) =>
@@ -31,11 +33,13 @@ const readCorpus = (file: string) =>
 
 const run = (args: { corpus: string; vocab: number; out: string; minFrequency: number }) =>
   Effect.gen(function* () {
+    const textModule = yield* loadText
+    const { ChatTemplate, DEFAULT_SPECIAL_TOKENS, saveChatTemplate, saveTokenizer, TokenizerError, trainBpe } = textModule
     const minimum = 256 + DEFAULT_SPECIAL_TOKENS.length
     if (args.vocab < minimum) {
       return yield* new TokenizerError({ message: `--vocab ${args.vocab} is too small: it must be at least ${minimum} (256 byte tokens + ${DEFAULT_SPECIAL_TOKENS.length} special tokens)` })
     }
-    const text = yield* readCorpus(args.corpus)
+    const text = yield* readCorpus(textModule, args.corpus)
     const started = performance.now()
     const tokenizer = yield* Effect.try({
       try: () => trainBpe(text, { vocabSize: args.vocab, minFrequency: args.minFrequency }),

@@ -3,11 +3,8 @@
  * this machine (see run/train.ts), with a progress line per version and the summary at the end.
  */
 import { Args, Command, Options } from "@effect/cli"
-import type { TrainerEvent } from "@reins/trainer"
-import { describeFailures, trainerConfig } from "@reins/trainer"
+import type { describeFailures, TrainerEvent } from "@reins/trainer"
 import { Console, Effect, Option, Schema } from "effect"
-import { TrainerConfig } from "@reins/protocol"
-import { loadRunConfig, RunConfig, EvalConfig } from "../run/RunConfig.js"
 import { failWith, parseListen } from "./node.js"
 
 const config = Args.file({ name: "config", exists: "yes" }).pipe(
@@ -98,9 +95,14 @@ const pct = (x: number | null) => (x === null ? "  n/a" : `${(100 * x).toFixed(0
  * pass rate, tokens/s, staleness, pause; then, if any attempt of the batch failed, how many and
  * their most common reason (a skipped batch too: "no trainable samples" alone hides why).
  */
-export const progressLine = (event: TrainerEvent, done: number, total: number | undefined): string | null => {
+export const progressLine = (
+  event: TrainerEvent,
+  done: number,
+  total: number | undefined,
+  describe: typeof describeFailures
+): string | null => {
   if (event._tag === "Checkpoint") return null
-  const failed = describeFailures(event.failures)
+  const failed = describe(event.failures)
   const failures = failed === "" ? "" : `\n    ${failed}`
   if (event._tag === "Skipped") return `  (batch of ${event.groups} groups skipped at version ${event.version}: ${event.reason})${failures}`
   const m = event.metrics
@@ -122,6 +124,10 @@ export interface TrainArgs extends NetworkArgs {
 /** Runs `reins train` with parsed arguments (also what `reins start` runs on the calc example). */
 export const runTrain = (args: TrainArgs) =>
   Effect.gen(function*() {
+    // Loaded on use, so `reins --help` and the other commands start fast.
+    const { describeFailures, trainerConfig } = yield* Effect.promise(() => import("@reins/trainer"))
+    const { TrainerConfig } = yield* Effect.promise(() => import("@reins/protocol"))
+    const { loadRunConfig, RunConfig, EvalConfig } = yield* Effect.promise(() => import("../run/RunConfig.js"))
     const network = yield* clusterOptions(args)
     const loaded = yield* loadRunConfig(args.config)
     const trainer = Option.match(args.maxVersions, {
@@ -129,7 +135,7 @@ export const runTrain = (args: TrainArgs) =>
       onSome: (n) => trainerConfig({ ...Schema.encodeSync(TrainerConfig)(loaded.trainer), max_versions: n })
     })
     const run = args.noEval ? new RunConfig({ ...loaded.run, eval: new EvalConfig({ ...loaded.run.eval, enabled: false }) }) : loaded.run
-    // Loaded on use: the other commands need neither the Gateway nor the controller at start-up.
+    // Loaded on use: the Gateway and the controller.
     const { train } = yield* Effect.promise(() => import("../run/train.js"))
     let updates = 0
     const result = yield* train({
@@ -142,7 +148,7 @@ export const runTrain = (args: TrainArgs) =>
       log: (line) => Console.log(line),
       onEvent: (event) => {
         if (event._tag === "Version") updates++
-        const line = progressLine(event, updates, trainer.max_versions)
+        const line = progressLine(event, updates, trainer.max_versions, describeFailures)
         return line === null ? Effect.void : Console.log(line)
       }
     })

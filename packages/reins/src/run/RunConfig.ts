@@ -55,10 +55,24 @@ export class RunConfig extends Schema.Class<RunConfig>("RunConfig")({
 
 export class RunConfigError extends Data.TaggedError("RunConfigError")<{ readonly message: string }> {}
 
+/**
+ * A config module. The compiled CLI loads a TypeScript one through tsx (an optional peer
+ * dependency); from the sources (tests) it is imported as it is.
+ */
+const importConfig = async (file: string): Promise<{ default?: unknown }> => {
+  const url = pathToFileURL(file).href
+  if (/\.m?ts$/.test(file) && !import.meta.url.endsWith(".ts")) {
+    const tsx = await import("tsx/esm/api").catch(() => undefined)
+    if (tsx === undefined) throw new Error("a TypeScript config needs tsx installed (npm install tsx); or write it as .json or .js")
+    return (await tsx.tsImport(url, import.meta.url)) as { default?: unknown }
+  }
+  return (await import(url)) as { default?: unknown }
+}
+
 const load = (file: string): Effect.Effect<unknown, RunConfigError> =>
   /\.(m?[jt]s)$/.test(file)
     ? Effect.tryPromise({
-      try: async () => ((await import(pathToFileURL(file).href)) as { default?: unknown }).default,
+      try: async () => (await importConfig(file)).default,
       catch: (e) => new RunConfigError({ message: `cannot load ${file}: ${e instanceof Error ? e.message : String(e)}` })
     })
     : Effect.try({
