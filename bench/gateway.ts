@@ -15,7 +15,10 @@
  * Latency at 1 client (p50/p99, sequential requests), added latency = target − direct on the same
  * route, and requests/s at 1 and 64 concurrent clients. Every process is a child on 127.0.0.1.
  * `--requests` (sequential requests per route and target, default 2000) and `--seconds` (the
- * 64-client phase per route and target, default 5) shorten a smoke run.
+ * 64-client phase per route and target, default 5) shorten a smoke run. `--young-mb N` starts both
+ * gateways (not the upstream or the client) with V8's young generation raised to N MB per
+ * semi-space (`--max-semi-space-size`, the setting the README suggests for `reins serve`) and
+ * writes `gateway-young<N>` instead of `gateway`.
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { Effect } from "effect"
@@ -263,13 +266,16 @@ const flag = (args: ReadonlyArray<string>, name: string, fallback: number) => {
 export default async (args: ReadonlyArray<string>) => {
   const seconds = flag(args, "seconds", 5)
   const requests = flag(args, "requests", 2000)
+  const youngMb = args.includes("--young-mb") ? flag(args, "young-mb", 16) : null
+  // The same V8 flags for both gateways, so the comparison stays like for like.
+  const gatewayFlags = youngMb === null ? [] : [`--max-semi-space-size=${youngMb}`]
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "reins-bench-gateway-"))
   try {
     const upstreamPort = await freePort()
     await start("upstream", ["--input-type=module", "-e", UPSTREAM, String(upstreamPort)], /listening/)
     const upstream = `http://127.0.0.1:${upstreamPort}`
 
-    const reins = await start("reins", ["packages/reins/bin/reins.js", "serve", "--upstream", `${upstream}/v1`, "--http", "127.0.0.1:0", "--data", dataDir], /listening on (http:\/\/[^\s]+)\/v1/, {
+    const reins = await start("reins", [...gatewayFlags, "packages/reins/bin/reins.js", "serve", "--upstream", `${upstream}/v1`, "--http", "127.0.0.1:0", "--data", dataDir], /listening on (http:\/\/[^\s]+)\/v1/, {
       REINS_ADMIN_TOKEN: ADMIN
     })
     const reinsUrl = reins.match[1]!
@@ -277,7 +283,7 @@ export default async (args: ReadonlyArray<string>) => {
     const { attempt_key: key } = (await created.json()) as { attempt_key: string }
 
     const portkeyPort = await freePort()
-    await start("portkey", ["node_modules/@portkey-ai/gateway/build/start-server.js", `--port=${portkeyPort}`, "--headless"], /Ready for connections/, { NODE_ENV: "production" })
+    await start("portkey", [...gatewayFlags, "node_modules/@portkey-ai/gateway/build/start-server.js", `--port=${portkeyPort}`, "--headless"], /Ready for connections/, { NODE_ENV: "production" })
 
     // How each target is called on each route: OpenAI's bearer key, or Anthropic's x-api-key and
     // version; Portkey is told the provider and the upstream as its custom host.
@@ -358,7 +364,7 @@ export default async (args: ReadonlyArray<string>) => {
       return v === null ? `${r.name}: Portkey does not serve it` : `${r.name}: p50 ${v.p50 ? "yes" : "NO"}, p99 ${v.p99 ? "yes" : "NO"}`
     })
     writeReport({
-      name: "gateway",
+      name: youngMb === null ? "gateway" : `gateway-young${youngMb}`,
       json,
       table: {
         columns: ["route", "target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "rps @1", "rps @64", "p99 @64 ms"],
@@ -386,6 +392,9 @@ export default async (args: ReadonlyArray<string>) => {
         `Fake upstream on loopback (own process) answering ${ROUTES.map((r) => `${r.path} (${r.name})`).join(", ")} in each protocol's shape. ${requests} sequential requests per route and target after a ${Math.min(500, requests)}-request warm-up, in 8 interleaved rounds (each round a slice for every route and target in turn, so load drift hits all alike); then 64 concurrent clients for ${seconds} s, route and target one by one. Added latency is against direct on the same route.`,
         `reins recorded every one of its answered calls in SQLite (WAL, synchronous=NORMAL) before responding (${ROUTES.map((r) => `${r.name} ${recorded[r.endpoint] ?? 0}`).join(", ")}; counted per endpoint after shutdown). Chat goes through reins's chat proxy; Responses and Messages are relayed as received (recorded as not trainable: such an upstream returns no token ids).`,
         "Portkey: @portkey-ai/gateway 1.15.2 (node build, headless, NODE_ENV=production); chat and Responses with provider openai and x-portkey-custom-host, Messages with provider anthropic and the same custom host.",
+        youngMb === null
+          ? "Both gateways run with node's default V8 settings."
+          : `Both gateways run with ${gatewayFlags.join(" ")} (V8's young generation at ${youngMb} MB per semi-space instead of 16); the upstream and the client with node's defaults.`,
         ...Object.entries(unavailable).map(([route, evidence]) => `Portkey does not serve ${route}, so it is not measured there; it answered ${evidence}`),
         `reins adds less latency than Portkey: ${verdict.join("; ")}.`,
         "All processes share the machine's cores with the load generator; compare targets within one run."
