@@ -1,8 +1,11 @@
 /**
  * reins as a user meets it: every workspace package is packed (`npm pack`) and the tarballs are
  * installed into a scratch project in a temp folder — no workspace links, nothing from this
- * repository's node_modules on the resolution path, nothing downloaded (`--offline`: npm's cache
- * already holds every dependency since this repository was installed). From there, the compiled
+ * repository's node_modules on the resolution path, nothing downloaded. The scratch project gets a
+ * lockfile made from this repository's (the tarballs in place of the workspace links, the other
+ * run-time dependencies as they are locked here), so `npm ci --offline` takes every package from
+ * npm's cache, which holds them since this repository was installed: without a lockfile npm would
+ * ask the registry for each package's metadata, which `npm ci` does not cache. From there, the compiled
  * packages run: `npx reins --help`, `npx reins serve` answering a chat completion from the shipped
  * calc base (its device in a worker thread started from compiled files), and an Effect program
  * that imports `reins` and trains a calc run for two versions on the shipped base
@@ -80,6 +83,33 @@ const waitFor = async (c: ReturnType<typeof start>, pattern: RegExp, ms: number)
   }
 }
 
+interface Locked {
+  readonly version?: string
+  readonly link?: boolean
+  readonly dev?: boolean
+  readonly [field: string]: unknown
+}
+
+/**
+ * The scratch project's lockfile: this repository's run-time entries (dev-only ones and the
+ * workspace links left out), and each packed workspace package as its tarball with the
+ * dependencies it declares.
+ */
+const scratchLockfile = (dependencies: Record<string, string>, packed: ReadonlyArray<{ name: string; version: string; filename: string; integrity: string }>) => {
+  const lock = JSON.parse(readFileSync(join(repo, "package-lock.json"), "utf8")) as { packages: Record<string, Locked> }
+  const packages: Record<string, unknown> = { "": { name: "my-agent", dependencies } }
+  for (const [path, entry] of Object.entries(lock.packages)) if (path.startsWith("node_modules/") && !entry.link && !entry.dev) packages[path] = entry
+  for (const p of packed) {
+    // The repository's link entry names the workspace folder whose entry holds what it declares.
+    const link = lock.packages[`node_modules/${p.name}`]
+    const workspace = link?.link === true ? lock.packages[String(link.resolved)] : undefined
+    if (workspace === undefined) throw new Error(`package-lock.json has no workspace entry for ${p.name}`)
+    const { name: _name, ...declared } = workspace
+    packages[`node_modules/${p.name}`] = { ...declared, version: p.version, resolved: `file:../tarballs/${p.filename}`, integrity: p.integrity }
+  }
+  return { name: "my-agent", lockfileVersion: 3, requires: true, packages }
+}
+
 const timings: Record<string, number> = {}
 const timed = <A>(name: string, f: () => A): A => {
   const t0 = performance.now()
@@ -97,18 +127,15 @@ beforeAll(() => {
   mkdirSync(tarballs)
   const packed = JSON.parse(timed("pack", () =>
     run("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", tarballs, ...WORKSPACES.flatMap((w) => ["-w", w])], repo, 300_000)
-  )) as Array<{ name: string; version: string; filename: string }>
+  )) as Array<{ name: string; version: string; filename: string; integrity: string }>
   expect(packed.map((p) => p.name).sort()).toEqual(["@reins/gateway", "@reins/policy", "@reins/protocol", "@reins/rollout", "@reins/runtime", "@reins/trainer", "reins"])
   const effect = (JSON.parse(readFileSync(join(repo, "runtime", "package.json"), "utf8")) as { dependencies: Record<string, string> }).dependencies.effect!
+  // Every reins package from its tarball (they are not on the registry), and effect for the program.
+  const dependencies = { ...Object.fromEntries(packed.map((p) => [p.name, `file:../tarballs/${p.filename}`])), effect }
   mkdirSync(project)
-  writeFileSync(join(project, "package.json"), JSON.stringify({
-    name: "my-agent",
-    private: true,
-    type: "module",
-    // Every reins package from its tarball (they are not on the registry), and effect for the program.
-    dependencies: { ...Object.fromEntries(packed.map((p) => [p.name, `file:${join(tarballs, p.filename)}`])), effect }
-  }, null, 2))
-  timed("install", () => run("npm", ["install", "--offline", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], project, 600_000))
+  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "my-agent", private: true, type: "module", dependencies }, null, 2))
+  writeFileSync(join(project, "package-lock.json"), JSON.stringify(scratchLockfile(dependencies, packed), null, 2))
+  timed("install", () => run("npm", ["ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], project, 600_000))
   // better-sqlite3's compiled addon (see the top of the file), after checking it is the same version.
   const version = (root: string) => (JSON.parse(readFileSync(join(root, "node_modules", "better-sqlite3", "package.json"), "utf8")) as { version: string }).version
   expect(version(project)).toBe(version(repo))
