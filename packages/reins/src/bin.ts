@@ -1,8 +1,8 @@
 /** The `reins` command line: `reins --help` lists the commands. */
-import { ValidationError } from "@effect/cli"
+import * as ValidationError from "@effect/cli/ValidationError"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { cli } from "./cli/main.js"
 
 cli(process.argv).pipe(

@@ -4,8 +4,12 @@
  * and writes `bench/results/NAME.{json,md,svg}`. Without NAME, lists the benchmarks. Options of
  * the benchmark go after `--` (e.g. `reins bench sync-vs-async -- --quick`).
  */
-import { Args, Command } from "@effect/cli"
-import { Console, Data, Effect, Option } from "effect"
+import * as Args from "@effect/cli/Args"
+import * as Command from "@effect/cli/Command"
+import * as Console from "effect/Console"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { spawn } from "node:child_process"
 import { existsSync, readdirSync } from "node:fs"
 import path from "node:path"

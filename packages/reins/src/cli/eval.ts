@@ -4,8 +4,11 @@
  * harness's own temperature (sampled pass@1), and once greedily when the config says how.
  * `--harness NAME` uses `examples/NAME/reins.config.json`.
  */
-import { Command, Options } from "@effect/cli"
-import { Console, Effect, Option } from "effect"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { existsSync } from "node:fs"
 import path from "node:path"
 import { fileURLToPath } from "node:url"

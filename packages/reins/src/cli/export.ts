@@ -5,8 +5,12 @@
  * tokenizer and template files, generation_config.json. `--merge-lora` takes a LoRA checkpoint
  * (a PEFT adapter directory) and writes its base with the adapter merged in.
  */
-import { Command, Options } from "@effect/cli"
-import { Console, Data, Effect, Option } from "effect"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Console from "effect/Console"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { existsSync, readdirSync } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"

@@ -1,5 +1,5 @@
 /** The root command; each subcommand lives in its own file beside this one. */
-import { Command } from "@effect/cli"
+import * as Command from "@effect/cli/Command"
 import { bench } from "./bench.js"
 import { evalCommand } from "./eval.js"
 import { exportCommand } from "./export.js"

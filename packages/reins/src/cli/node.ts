@@ -6,10 +6,14 @@
  * `REINS_ROLLOUT_ON_STOP`): `delete` them, or `leave` them for the controller to hand to
  * another rollout node.
  */
-import { Command, Options } from "@effect/cli"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
 import type { RolloutOnStop } from "@reins/rollout/controller"
 import type { ActorSystem, Node, NodeStartError } from "@reins/runtime"
-import { Console, Effect, Layer, Option } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 
 // Loaded on use, so `reins --help` and the commands that need neither start fast.
 const loadRuntime = Effect.promise(() => import("@reins/runtime"))

@@ -4,11 +4,16 @@
  * created fresh on first use) — or, with `--upstream`, proxies to an external OpenAI-compatible
  * server — and records every call under the data directory. Runs until SIGINT/SIGTERM.
  */
-import { Command, Options } from "@effect/cli"
-import { HttpServer } from "@effect/platform"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as HttpServer from "@effect/platform/HttpServer"
 import type * as GatewayModule from "@reins/gateway"
 import type { ActorSystem } from "@reins/runtime"
-import { Console, Duration, Effect, Layer, Option } from "effect"
+import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import path from "node:path"
 import { type ParserSettings, policyBackend } from "../wiring/policyBackend.js"
 import { failWith, parseListen } from "./node.js"

@@ -10,10 +10,14 @@
  * to stderr; the model directory is written to a temporary sibling and renamed into place, with
  * `sft.json` recording how it was made. Same arguments and seed → same bytes.
  */
-import { Command, Options } from "@effect/cli"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
 import type { ChatTemplate, Tokenizer } from "@reins/policy/text"
 import type { DemoLine, SftSequence } from "@reins/trainer"
-import { Console, Data, Effect, Option } from "effect"
+import * as Console from "effect/Console"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"

@@ -3,8 +3,8 @@
  * embedded defaults (`examples/calc/reins.config.json`: the shipped base policy, SQLite under
  * `.reins/`, every role in one process, collocated schedule), base vs final pass@1 at the end.
  */
-import { Command } from "@effect/cli"
-import { Option } from "effect"
+import * as Command from "@effect/cli/Command"
+import * as Option from "effect/Option"
 import { fileURLToPath } from "node:url"
 import { failWith } from "./node.js"
 import { runTrain } from "./train.js"

@@ -3,9 +3,14 @@
  * address sees them (id, address, roles, up/down, actors). Connects as a client with the cluster
  * secret and asks the node's system actor.
  */
-import { Command, Options } from "@effect/cli"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
 import type { ClusterStatus } from "@reins/runtime"
-import { Console, Effect, Logger, LogLevel, Option } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
 import { DEFAULT_DATA, failWith } from "./node.js"
 
 const table = (status: ClusterStatus): string => {

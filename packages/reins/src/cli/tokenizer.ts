@@ -3,8 +3,10 @@
  * file and writes `tokenizer.json` and the default `chat_template.jinja` into DIR (the tokenizer
  * half of a model directory).
  */
-import { Command, Options } from "@effect/cli"
-import { Console, Effect } from "effect"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 

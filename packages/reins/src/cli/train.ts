@@ -2,9 +2,14 @@
  * `reins train CONFIG [--resume RUN_DIR] [--max-versions N] [--no-eval]`: a whole training run on
  * this machine (see run/train.ts), with a progress line per version and the summary at the end.
  */
-import { Args, Command, Options } from "@effect/cli"
+import * as Args from "@effect/cli/Args"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
 import type { describeFailures, TrainerEvent } from "@reins/trainer"
-import { Console, Effect, Option, Schema } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { failWith, parseListen } from "./node.js"
 
 const config = Args.file({ name: "config", exists: "yes" }).pipe(

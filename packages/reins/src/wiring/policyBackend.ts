@@ -5,7 +5,9 @@
  */
 import type * as GatewayModule from "@reins/gateway"
 import type { ActorSystem } from "@reins/runtime"
-import { Effect, Layer, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 
 type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
 
