@@ -14,8 +14,8 @@ import type { FromServer, Request, RequestId } from "@effect/rpc/RpcMessage"
 import { Context, Effect, Layer, Scope, Stream } from "effect"
 import { type ActorError, ActorAlreadyRunning, ActorNotFound } from "./errors.js"
 import * as Host from "./Host.js"
-import type { Member, MemberEvent } from "./Member.js"
-import type { Channel } from "./Remote.js"
+import type { Member, MemberEvent } from "./cluster/Member.js"
+import type { Channel } from "./cluster/Remote.js"
 import type { RestartPolicy } from "./Supervisor.js"
 
 /** A location-transparent handle on an actor: call its messages like methods. */

@@ -13,12 +13,12 @@ import * as Actor from "./Actor.js"
 import { ActorSystem, make as makeSystem } from "./ActorSystem.js"
 import * as DataDir from "./DataDir.js"
 import { NodeStartError } from "./errors.js"
-import { ClusterStatus } from "./Member.js"
-import * as Membership from "./Membership.js"
-import * as Secret from "./Secret.js"
+import { ClusterStatus } from "./cluster/Member.js"
+import * as Membership from "./cluster/Membership.js"
+import * as Secret from "./cluster/Secret.js"
 import * as Supervisor from "./Supervisor.js"
-import * as Transport from "./Transport.js"
-import { DEFAULT_MAX_FRAME_BYTES } from "./Wire.js"
+import * as Transport from "./cluster/Transport.js"
+import { DEFAULT_MAX_FRAME_BYTES } from "./cluster/Wire.js"
 
 export interface NodeConfig {
   /** Interface to listen on (default 127.0.0.1). */

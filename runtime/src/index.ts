@@ -11,11 +11,11 @@ export { ActorContext, type ActorContextService } from "./ActorContext.js"
 /** The actors of this process and the way to reach any actor of the cluster. */
 export { type ActorRef, ActorSystem, type ActorSystemService, type LocalActor } from "./ActorSystem.js"
 /** Connect to a cluster from outside it (tools, scripts). */
-export * as Cluster from "./Cluster.js"
+export * as Cluster from "./cluster/Cluster.js"
 /** The runtime's tagged errors. */
 export * from "./errors.js"
 /** Members and membership events. */
-export { ClusterStatus, type DownReason, Member, type MemberEvent, MemberInfo, type MemberState } from "./Member.js"
+export { ClusterStatus, type DownReason, Member, type MemberEvent, MemberInfo, type MemberState } from "./cluster/Member.js"
 /** Run a node: `Node.layer(config, actors)`. */
 export * as Node from "./Node.js"
 /** Typed arrays that travel as packed bytes. */
@@ -23,7 +23,7 @@ export * as Packed from "./Packed.js"
 /** A placeholder / probe actor (ping, echo, stream, relay). */
 export * as Probe from "./Probe.js"
 /** Where the cluster secret comes from (`--secret-file`, `REINS_CLUSTER_SECRET`, the data dir). */
-export * as Secret from "./Secret.js"
+export * as Secret from "./cluster/Secret.js"
 /** Restart policies. */
 export * as Supervisor from "./Supervisor.js"
 /** Actors in worker threads: `Worker.serve` in the worker's entry. */

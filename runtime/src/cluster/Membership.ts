@@ -13,12 +13,16 @@
  * - Full mesh: of two nodes, the one with the smaller id dials (so a pair never races to open two
  *   connections); if two exist anyway, both sides keep the same one.
  * - Clients (`reins status`, scripts) dial every member, are never members, and never gossip.
+ *
+ * The member table and the rules above that change it are in MemberTable.ts; this file owns the
+ * connections, the timers and locating actors.
  */
 import { Duration, Effect, Either, PubSub, type Redacted, Runtime, Schedule, Schema, Stream } from "effect"
-import type { ActorSystemInternal, Locator } from "./ActorSystem.js"
-import { type ActorError, ActorNotFound, ActorUnavailable, type ClusterConnectError } from "./errors.js"
+import type { ActorSystemInternal, Locator } from "../ActorSystem.js"
+import { type ActorError, ActorNotFound, ActorUnavailable, type ClusterConnectError } from "../errors.js"
 import type { PeerInfo } from "./Handshake.js"
-import { type DownReason, Member, type MemberEvent, type MemberInfo, type MemberState } from "./Member.js"
+import { Member, type MemberEvent, type MemberInfo } from "./Member.js"
+import { makeMemberTable, toMember } from "./MemberTable.js"
 import * as Remote from "./Remote.js"
 import * as Transport from "./Transport.js"
 import { Kind } from "./Wire.js"
@@ -36,18 +40,6 @@ export interface MembershipOptions {
   readonly system: ActorSystemInternal
 }
 
-interface Entry {
-  info: MemberInfo
-  status: MemberState
-  since: number
-  /** Monotonic time (performance.now) of the last sign of life. */
-  lastProgress: number
-  /** Left gracefully (this incarnation): only a new incarnation brings it back. */
-  left: boolean
-  /** This incarnation had a connection: if it is gone, calls fail at once instead of waiting for one. */
-  linked: boolean
-}
-
 interface Link {
   readonly connection: Transport.Connection
   readonly remote: ReturnType<typeof Remote.make>
@@ -58,9 +50,6 @@ interface Link {
  * heartbeat, at least 50 ms. A member silent for `downAfter` is down at the first look after it.
  */
 export const checkEveryMs = (heartbeatMs: number) => Math.max(50, Math.floor(heartbeatMs / 4))
-
-/** Members not seen for this long are forgotten. */
-const FORGET_AFTER_MS = 60 * 60 * 1000
 
 const decodeGossip = Schema.decodeUnknownEither(Schema.Array(Member))
 
@@ -81,7 +70,6 @@ export const make = (options: MembershipOptions) =>
     const downAfterMs = Duration.toMillis(options.downAfter)
     const heartbeatMs = Duration.toMillis(options.heartbeat)
 
-    const members = new Map<string, Entry>()
     const links = new Map<string, Link>()
     const clientLinks = new Set<Link>()
     const dialing = new Set<string>()
@@ -96,7 +84,6 @@ export const make = (options: MembershipOptions) =>
     const nextDial = new Map<string, number>()
     let version = 0
     let leaving = false
-    let index: Map<string, ReadonlyArray<string>> | undefined
     let joinedOnce = false
     const events = yield* PubSub.unbounded<MemberEvent>()
 
@@ -113,31 +100,19 @@ export const make = (options: MembershipOptions) =>
       version
     })
 
-    const toMember = (e: Entry): Member => ({ ...e.info, status: e.status, since: e.since })
-
     const publish = (event: MemberEvent) => run(PubSub.publish(events, event))
 
-    const markUp = (e: Entry, now: number) => {
-      e.status = "up"
-      e.since = now
-      e.lastProgress = performance.now()
-      index = undefined
-      log.info(`member ${e.info.id} is up (${e.info.address || "no address"}, roles: ${e.info.roles.join(",") || "none"})`)
-      publish({ _tag: "MemberUp", member: toMember(e) })
-    }
-
-    const markDown = (e: Entry, reason: DownReason, now: number) => {
-      if (e.status === "down" && (reason !== "left" || e.left)) return
-      if (reason === "left") e.left = true
-      if (e.status === "down") return
-      e.status = "down"
-      e.since = now
-      index = undefined
-      log.warn(`member ${e.info.id} is down (${reason === "left" ? "it left" : `silent for ${Math.round((performance.now() - e.lastProgress) / 1000)} s`})`)
-      publish({ _tag: "MemberDown", member: toMember(e), reason })
-      const link = links.get(e.info.id)
-      if (link && reason === "timeout") link.connection.close(4000, "marked down: no heartbeat")
-    }
+    const table = makeMemberTable({
+      selfId,
+      log,
+      publish,
+      onDown: (e, reason) => {
+        // Calls pending on a member that stopped answering fail fast.
+        const link = links.get(e.info.id)
+        if (link && reason === "timeout") link.connection.close(4000, "marked down: no heartbeat")
+      }
+    })
+    const members = table.members
 
     // ---- gossip ------------------------------------------------------------------------------
 
@@ -148,36 +123,6 @@ export const make = (options: MembershipOptions) =>
       const frame = gossipFrame()
       for (const link of links.values()) link.connection.send(frame)
       for (const link of clientLinks) link.connection.send(frame)
-    }
-
-    const merge = (entries: ReadonlyArray<Member>, from: string) => {
-      const now = Date.now()
-      for (const m of entries) {
-        if (m.id === selfId) continue
-        const { status, since: _since, ...info } = m
-        const current = members.get(m.id)
-        if (current === undefined) {
-          // first news of it: trust the sender's judgement until our own clock says otherwise
-          const entry: Entry = { info, status: "down", since: now, lastProgress: performance.now(), left: false, linked: false }
-          members.set(m.id, entry)
-          index = undefined
-          if (status === "up") markUp(entry, now)
-          continue
-        }
-        const newer = info.incarnation > current.info.incarnation ||
-          (info.incarnation === current.info.incarnation && info.version > current.info.version)
-        if (!newer) continue
-        const restarted = info.incarnation > current.info.incarnation
-        if (current.status === "down" && !restarted && (from !== m.id || current.left)) continue
-        current.info = info
-        current.lastProgress = performance.now()
-        index = undefined
-        if (restarted) {
-          current.left = false
-          current.linked = false
-        }
-        if (current.status === "down") markUp(current, now)
-      }
     }
 
     // ---- connections -------------------------------------------------------------------------
@@ -196,11 +141,11 @@ export const make = (options: MembershipOptions) =>
               if (peer.kind === "client") throw new Error("clients do not gossip")
               const decoded = decodeGossip(frame[1])
               if (Either.isLeft(decoded)) throw new Error("malformed gossip")
-              return merge(decoded.right, peer.id)
+              return table.merge(decoded.right, peer.id)
             }
             case Kind.Leave: {
               const entry = members.get(peer.id)
-              if (entry && entry.info.incarnation === peer.incarnation) markDown(entry, "left", Date.now())
+              if (entry && entry.info.incarnation === peer.incarnation) table.markDown(entry, "left", Date.now())
               return
             }
             default:
@@ -259,24 +204,7 @@ export const make = (options: MembershipOptions) =>
       links.set(peer.id, link)
       joinedOnce = true
       notifyLink(peer.id, Either.right(link))
-      const now = Date.now()
-      const entry = members.get(peer.id)
-      if (entry === undefined || peer.incarnation > entry.info.incarnation) {
-        const fresh: Entry = {
-          info: { id: peer.id, address: peer.address, roles: peer.roles, actors: [], incarnation: peer.incarnation, version: -1 },
-          status: "down",
-          since: now,
-          lastProgress: performance.now(),
-          left: false,
-          linked: true
-        }
-        members.set(peer.id, fresh)
-        index = undefined
-        markUp(fresh, now)
-      } else {
-        entry.linked = true
-        if (peer.incarnation === entry.info.incarnation && entry.status === "down" && !entry.left) markUp(entry, now)
-      }
+      table.connected(peer)
       if (options.mode === "node") connection.send(gossipFrame())
     }
 
@@ -300,14 +228,8 @@ export const make = (options: MembershipOptions) =>
 
     const tick = (heartbeat: boolean) => {
       if (leaving) return
+      table.check(downAfterMs)
       const now = Date.now()
-      for (const entry of members.values()) {
-        if (entry.status === "up" && performance.now() - entry.lastProgress > downAfterMs) markDown(entry, "timeout", now)
-        if (entry.status === "down" && now - entry.since > FORGET_AFTER_MS) {
-          members.delete(entry.info.id)
-          index = undefined
-        }
-      }
       for (const [id, entry] of members) {
         if (links.has(id) || dialing.has(id) || entry.info.address === "") continue
         if (options.mode === "node" && !(selfId < id)) continue
@@ -334,20 +256,6 @@ export const make = (options: MembershipOptions) =>
     })
 
     // ---- locating actors ---------------------------------------------------------------------
-
-    const actorIndex = () => {
-      if (index !== undefined) return index
-      const built = new Map<string, Array<string>>()
-      for (const entry of [...members.values()].sort((a, b) => (a.info.id < b.info.id ? -1 : 1))) {
-        for (const actor of entry.info.actors) {
-          const ids = built.get(actor) ?? []
-          ids.push(entry.info.id)
-          built.set(actor, ids)
-        }
-      }
-      index = built
-      return built
-    }
 
     /** Calls to an up member we have no connection to yet wait this long for one. */
     const CONNECT_WAIT = Duration.seconds(3)
@@ -390,7 +298,7 @@ export const make = (options: MembershipOptions) =>
         if (entry.linked) return Effect.fail(new ActorUnavailable({ actor: name, node: pin, reason: "disconnected" }))
         return waitForLink(pin, name)
       }
-      const nodes = actorIndex().get(name)
+      const nodes = table.actorIndex().get(name)
       if (nodes === undefined) return Effect.fail(new ActorNotFound({ actor: name }))
       let connecting: string | undefined
       let dropped: string | undefined

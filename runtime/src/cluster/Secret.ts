@@ -12,7 +12,7 @@ import { Effect, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import path from "node:path"
-import { NodeStartError } from "./errors.js"
+import { NodeStartError } from "../errors.js"
 
 export const ENV = "REINS_CLUSTER_SECRET"
 export const FILE_NAME = "cluster-secret"

@@ -6,12 +6,12 @@
  */
 import { Duration, Effect, Layer, type Redacted, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { ActorSystem, type ActorSystemService, make as makeSystem } from "./ActorSystem.js"
-import { type ActorError, ClusterConnectError } from "./errors.js"
+import { ActorSystem, type ActorSystemService, make as makeSystem } from "../ActorSystem.js"
+import { type ActorError, ClusterConnectError } from "../errors.js"
 import type { PeerInfo } from "./Handshake.js"
 import * as Membership from "./Membership.js"
 import type { ClusterStatus } from "./Member.js"
-import { DEFAULT_DOWN_AFTER, NodeActor } from "./Node.js"
+import { DEFAULT_DOWN_AFTER, NodeActor } from "../Node.js"
 import { DEFAULT_MAX_FRAME_BYTES } from "./Wire.js"
 
 export interface ClientOptions {

@@ -7,7 +7,7 @@
 import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcSchema from "@effect/rpc/RpcSchema"
 import { type Either, type Exit, Option, ParseResult, Schema } from "effect"
-import { ActorError } from "./errors.js"
+import { ActorError } from "../errors.js"
 
 type Codec<A = unknown> = (u: unknown) => Either.Either<A, ParseResult.ParseError>
 

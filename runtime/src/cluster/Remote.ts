@@ -23,8 +23,8 @@ import {
   isActorError,
   type UnavailableReason,
   UnknownMessage
-} from "./errors.js"
-import type { ActorHost, Deliver } from "./Host.js"
+} from "../errors.js"
+import type { ActorHost, Deliver } from "../Host.js"
 import type { Connection } from "./Transport.js"
 import { Kind } from "./Wire.js"
 

@@ -13,7 +13,7 @@ import { Effect, Either, type Redacted } from "effect"
 import http from "node:http"
 import type { Duplex } from "node:stream"
 import { WebSocket, WebSocketServer } from "ws"
-import { ClusterConnectError, NodeStartError } from "./errors.js"
+import { ClusterConnectError, NodeStartError } from "../errors.js"
 import * as Handshake from "./Handshake.js"
 import * as Wire from "./Wire.js"
 
