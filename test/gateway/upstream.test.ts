@@ -6,6 +6,7 @@ import { Gateway } from "@reins/gateway"
 import { Effect } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { turnsOfCalls } from "../../packages/gateway/src/prompt/Conversations.js"
 import { type FakeUpstream, startFakeUpstream } from "./fakeUpstream.js"
 import { type Running, startGateway } from "./harness.js"
 
@@ -110,6 +111,12 @@ describe("upstream proxy", () => {
       await openai.chat.completions.create({ model: "fake-model", messages: [{ role: "user", content: "edited" }, ...messages.slice(1)] })
       const calls = (await gw.admin(`/api/rollouts/${rolloutId}`)).json.calls
       expect(calls.map((c: any) => c.reuse.break)).toEqual([null, "retokenized", "history-edited"])
+      // The turns rebuilt from the store (after a restart) are the ones the live path kept: one per
+      // call, exact only with the upstream's ids.
+      const recorded = await Effect.runPromise(gw.gateway.store.calls(calls[0].attempt_id))
+      const rebuilt = turnsOfCalls(recorded)
+      expect(rebuilt.map((t) => t.callId)).toEqual(calls.map((c: any) => c.id))
+      expect(rebuilt.map((t) => t.exact)).toEqual(calls.map(() => gw === withIds))
     }
   })
 

@@ -21,9 +21,14 @@ interface StoredChoice {
   }
 }
 
-/** The turn a recorded call left, if it can be reused (a successful chat call with exact ids). */
+/**
+ * The turn a recorded successful chat call left. One without token ids (an upstream that returns
+ * none) is kept too, as the live path keeps it: nothing of it is reused (`exact` is false), but a
+ * later call that sends its reply back is then known to be `retokenized` rather than
+ * `history-edited`, after a restart as before it.
+ */
 export const turnOfCall = (call: LlmCall): Turn | null => {
-  if (call.endpoint !== "chat.completions" || call.status !== 200 || call.outputIds.length === 0) return null
+  if (call.endpoint !== "chat.completions" || call.status !== 200) return null
   const request = call.request as { messages?: ReadonlyArray<ChatMessage>; tools?: unknown; chat_template_kwargs?: unknown } | null
   const choice = (call.response as { choices?: ReadonlyArray<StoredChoice> } | null)?.choices?.[0]
   if (!request?.messages || !choice?.message) return null
@@ -58,7 +63,9 @@ export const turnOf = (call: LlmCall, conversation: Conversation, reply: Reply):
 export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
   const responses = calls.some((c) => c.endpoint === "responses") ? recordedResponses(calls).byId : new Map()
   return calls.flatMap((call): Array<Turn> => {
-    if (call.status !== 200 || call.outputIds.length === 0) return []
+    if (call.status !== 200) return []
+    // Responses and Messages calls leave turns only with ids (relayed ones have none).
+    if (call.endpoint !== "chat.completions" && call.outputIds.length === 0) return []
     switch (call.endpoint) {
       case "chat.completions":
         return [turnOfCall(call)].filter((t) => t !== null)
