@@ -18,6 +18,8 @@ import { createServer } from "node:http"
 import path from "node:path"
 import { resolveAdminToken } from "./auth/admin.js"
 import { checkAdmin } from "./auth/admin.js"
+import { checkSession, makeSession } from "./auth/session.js"
+import { secretsEqual } from "./auth/keys.js"
 import type { Backend } from "./calls/env.js"
 import * as PauseGate from "./gate/PauseGate.js"
 import { Generator } from "./generator/Generator.js"
@@ -104,7 +106,11 @@ const make = (options: GatewayOptions) =>
         modelAliases: options.modelAliases ?? [],
         publicUrl: options.publicUrl
       },
-      checkAdmin: (headers: Readonly<Record<string, string | undefined>>) => checkAdmin(adminToken, headers)
+      checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => checkAdmin(adminToken, headers, method),
+      sessions: {
+        open: (given: string) => (secretsEqual(given.trim(), adminToken) ? makeSession(adminToken) : null),
+        check: (headers: Readonly<Record<string, string | undefined>>) => checkSession(adminToken, headers)
+      }
     }
     const model = yield* gateBackend(backend).model
     yield* store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(

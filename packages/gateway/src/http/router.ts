@@ -9,6 +9,7 @@ import { toAnthropicResponse } from "../anthropic/errors.js"
 import { type ApiError, internal, toResponse, unknownRoute } from "./errors.js"
 import * as Admin from "./routes/admin.js"
 import * as Anthropic from "./routes/anthropic.js"
+import * as Dashboard from "./routes/dashboard.js"
 import type { AppEnv } from "./routes/env.js"
 import * as OpenAI from "./routes/openai.js"
 import * as Responses from "./routes/responses.js"
@@ -63,6 +64,7 @@ export const routes = [
   { method: "POST", path: "/api/rollouts", name: "api.rollouts.create", handler: Admin.createRollout },
   { method: "GET", path: "/api/rollouts", name: "api.rollouts.list", handler: Admin.listRollouts },
   { method: "GET", path: "/api/rollouts/:id", name: "api.rollouts.get", handler: Admin.getRollout },
+  { method: "GET", path: "/api/rollouts/:id/tokens", name: "api.rollouts.tokens", handler: Dashboard.rolloutTokens },
   { method: "POST", path: "/api/rollouts/:id/attempts", name: "api.rollouts.retry", handler: Admin.retryRollout },
   { method: "POST", path: "/api/attempts/:id/state", name: "api.attempts.state", handler: Admin.setAttemptState },
   { method: "POST", path: "/api/attempts/:id/reward", name: "api.attempts.reward", handler: Admin.attemptReward },
@@ -70,6 +72,7 @@ export const routes = [
   { method: "POST", path: "/api/gateway/resume", name: "api.gateway.resume", handler: Admin.resume },
   { method: "GET", path: "/api/gateway/state", name: "api.gateway.state", handler: Admin.state },
   { method: "GET", path: "/api/events", name: "api.events", handler: Admin.events },
+  { method: "GET", path: "/api/versions", name: "api.versions", handler: Dashboard.versions },
   { method: "GET", path: "/healthz", name: "healthz", handler: () => healthz, measured: false },
   { method: "GET", path: "/metrics", name: "metrics", handler: metrics, measured: false }
 ] as const satisfies ReadonlyArray<{

@@ -4,6 +4,7 @@ import { bench } from "./bench.js"
 import { evalCommand } from "./eval.js"
 import { exportCommand } from "./export.js"
 import { node } from "./node.js"
+import { rollouts } from "./rollouts.js"
 import { serve } from "./serve.js"
 import { sft } from "./sft.js"
 import { start } from "./start.js"
@@ -13,7 +14,7 @@ import { trainCommand } from "./train.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start, node, status, tokenizer, serve, sft, trainCommand, evalCommand, exportCommand, bench])
+  Command.withSubcommands([start, node, status, rollouts, tokenizer, serve, sft, trainCommand, evalCommand, exportCommand, bench])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })

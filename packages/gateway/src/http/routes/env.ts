@@ -1,5 +1,6 @@
 /** What the HTTP routes need: the call environment plus HTTP-level settings. */
 import type { Effect } from "effect"
+import type { SessionCheck } from "../../auth/session.js"
 import type { CallEnv } from "../../calls/env.js"
 import type { ApiError } from "../errors.js"
 
@@ -14,5 +15,11 @@ export interface HttpConfig {
 
 export interface AppEnv extends CallEnv {
   readonly config: HttpConfig
-  readonly checkAdmin: (headers: Readonly<Record<string, string | undefined>>) => Effect.Effect<void, ApiError>
+  /** The admin token as a header, or a dashboard session cookie (which may change things only from the dashboard's origin). */
+  readonly checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => Effect.Effect<void, ApiError>
+  /** Dashboard logins: a session cookie value for the right admin token (null for a wrong one), and the check of a request's cookie. */
+  readonly sessions: {
+    readonly open: (given: string) => string | null
+    readonly check: (headers: Readonly<Record<string, string | undefined>>) => SessionCheck
+  }
 }
