@@ -158,6 +158,14 @@ describe("reins rollouts", () => {
   })
 })
 
+describe("cluster", () => {
+  it("has no nodes to report for a Gateway without an actor system", async () => {
+    const r = await gw.admin("/api/cluster")
+    expect(r.status).toBe(200)
+    expect(r.json).toEqual({ node: null, nodes: [], launchers: null, controller: null })
+  })
+})
+
 describe("model versions", () => {
   it("lists every version served, a published one included", async () => {
     const before = (await gw.admin("/api/versions")).json.data

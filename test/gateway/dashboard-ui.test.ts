@@ -8,6 +8,8 @@
  */
 import { copyFileSync, existsSync, mkdirSync, rmSync } from "node:fs"
 import path from "node:path"
+import { ActorSystem } from "@reins/runtime"
+import { Layer } from "effect"
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { publishVersion, recordSmallRun, type SmallRun } from "./dashboardRun.js"
@@ -29,7 +31,8 @@ beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set REINS_CHROMIUM)`)
   shots = tempDir("ui-shots")
   policy = await tinyPolicy()
-  gw = await startGateway(policy.backend)
+  // On a node's actor system, as in `reins train`: the Cluster page lists its node.
+  gw = await startGateway(Layer.merge(policy.backend, ActorSystem.layerLocal({ node: "dashboard-node" })))
   run = await recordSmallRun(gw, policy)
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu"], timeout: 30_000 })
 }, 120_000)
@@ -223,10 +226,13 @@ describe("pages", () => {
     await page.context().close()
   })
 
-  it("the cluster page pauses and resumes the Gateway", async () => {
+  it("the cluster page shows the node and pauses and resumes the Gateway", async () => {
     const page = await loggedIn()
     await page.goto(`${gw.url}/ui#/cluster`)
     await page.waitForSelector('#gateway-state[data-paused="false"]', WAIT)
+    await page.waitForSelector('table.nodes[data-rows="1"]', WAIT)
+    expect(await page.locator("table.nodes").textContent()).toContain("dashboard-node")
+    await page.waitForSelector("#no-launchers", WAIT)
     await page.click("#pause")
     await page.waitForSelector('#gateway-state[data-paused="true"]', WAIT)
     expect((await gw.admin("/api/gateway/state")).json.paused).toBe(true)

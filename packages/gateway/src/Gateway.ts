@@ -12,13 +12,14 @@ import type { HttpApp } from "@effect/platform"
 import { HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { GatewayError, GatewayRpcs, type GatewayState, type PauseMode, StoreError } from "@reins/protocol"
-import { Actor } from "@reins/runtime"
+import { Actor, ActorSystem } from "@reins/runtime"
 import { Context, Data, type Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import path from "node:path"
 import { resolveAdminToken } from "./auth/admin.js"
 import { checkAdmin } from "./auth/admin.js"
 import { checkSession, makeSession } from "./auth/session.js"
+import { clusterView } from "./dashboard/cluster.js"
 import { secretsEqual } from "./auth/keys.js"
 import type { Backend } from "./calls/env.js"
 import * as PauseGate from "./gate/PauseGate.js"
@@ -94,6 +95,8 @@ const make = (options: GatewayOptions) =>
     const adminToken = yield* resolveAdminToken(options.dataDir, options.adminToken).pipe(
       Effect.mapError((e) => new GatewayStartError({ message: e.message }))
     )
+    // The node's actor system, when the Gateway runs on one: the dashboard's view of the cluster.
+    const system = yield* Effect.serviceOption(ActorSystem)
     const gate = yield* PauseGate.make({ backend: gateBackend(backend), store, metrics, maxHold: options.maxHold })
     const env = {
       backend,
@@ -107,6 +110,7 @@ const make = (options: GatewayOptions) =>
         publicUrl: options.publicUrl
       },
       checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => checkAdmin(adminToken, headers, method),
+      cluster: clusterView(system),
       sessions: {
         open: (given: string) => (secretsEqual(given.trim(), adminToken) ? makeSession(adminToken) : null),
         check: (headers: Readonly<Record<string, string | undefined>>) => checkSession(adminToken, headers)

@@ -74,6 +74,7 @@ export const routes = [
   { method: "GET", path: "/api/gateway/state", name: "api.gateway.state", handler: Admin.state },
   { method: "GET", path: "/api/events", name: "api.events", handler: Admin.events },
   { method: "GET", path: "/api/versions", name: "api.versions", handler: Dashboard.versions },
+  { method: "GET", path: "/api/cluster", name: "api.cluster", handler: Dashboard.cluster },
   { method: "GET", path: "/ui", name: "ui", handler: Ui.index, measured: false, errors: "html" },
   { method: "POST", path: "/ui/login", name: "ui.login", handler: Ui.login, measured: false, errors: "html" },
   { method: "POST", path: "/ui/logout", name: "ui.logout", handler: Ui.logout, measured: false, errors: "html" },

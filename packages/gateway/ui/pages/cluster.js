@@ -1,7 +1,27 @@
-// Cluster: the Gateway's state (paused, held and in-flight calls, the served version) with its
-// pause/resume controls — the dashboard's only writes — refreshed every few seconds.
+// Cluster: the nodes (roles, address, up/down, since when), the launchers' slots, and the
+// Gateway's state (paused, held and in-flight calls, the served version) with its pause/resume
+// controls — the dashboard's only writes — refreshed every few seconds.
 import { useEffect, useState } from "preact/hooks"
-import { api, ErrorBox, html } from "../lib.js"
+import { api, ErrorBox, fmtTime, html } from "../lib.js"
+
+const Nodes = ({ cluster }) => {
+  if (cluster === null) return html`<p class="loading">Loading…</p>`
+  if (cluster.node === null) return html`<p class="hint" id="no-cluster">This Gateway runs without a cluster node (a bare <code>reins serve</code>): there are no nodes or launchers to show.</p>`
+  return html`<table class="nodes" data-rows=${cluster.nodes.length}>
+      <thead><tr><th>Node</th><th>Roles</th><th>Address</th><th>Status</th><th>Since</th><th>Actors</th></tr></thead>
+      <tbody>${cluster.nodes.map(
+        (n) => html`<tr><td class="mono">${n.id}${n.id === cluster.node ? " (this Gateway's)" : ""}</td><td>${n.roles.join(", ") || "–"}</td><td class="mono">${n.address || "–"}</td><td><span class=${`state ${n.status === "up" ? "succeeded" : "failed"}`}>${n.status}</span></td><td>${n.since ? fmtTime(n.since) : "–"}</td><td>${n.actors.join(", ") || "–"}</td></tr>`
+      )}</tbody>
+    </table>
+    <h2>Launchers</h2>
+    ${cluster.launchers === null
+      ? html`<p class="hint" id="no-launchers">No rollout controller answered, so the launchers' slots are unknown.</p>`
+      : html`<table class="launchers">
+          <thead><tr><th>Node</th><th>Kind</th><th>Running</th><th>Free</th><th>Slots</th></tr></thead>
+          <tbody>${cluster.launchers.map((l) => html`<tr><td class="mono">${l.node}</td><td>${l.kind}</td><td class="num">${l.running}</td><td class="num">${l.free}</td><td class="num">${l.max}</td></tr>`)}</tbody>
+        </table>
+        <p class="hint">Controller: ${cluster.controller.waiting} waiting, ${cluster.controller.running} running, ${cluster.controller.ended} ended.</p>`}`
+}
 
 const REFRESH_MS = 3000
 
@@ -9,7 +29,9 @@ export const ClusterPage = () => {
   const [state, setState] = useState(null)
   const [error, setError] = useState(null)
   const [busy, setBusy] = useState(false)
-  const load = () => api("/api/gateway/state").then((s) => (setState(s), setError(null)), setError)
+  const [cluster, setCluster] = useState(null)
+  const load = () =>
+    Promise.all([api("/api/gateway/state"), api("/api/cluster")]).then(([s, c]) => (setState(s), setCluster(c), setError(null)), setError)
   useEffect(() => {
     load()
     const timer = setInterval(load, REFRESH_MS)
@@ -39,6 +61,6 @@ export const ClusterPage = () => {
             <span class="hint">A pause holds new model calls (they wait, they do not fail) until resumed.</span>
           </p>`
       : html`<p class="loading">Loading…</p>`}
-    <h2>Nodes and launchers</h2>
-    <p class="hint">This Gateway's admin API does not report the cluster's nodes or launchers yet; <code>reins status --join ws://HOST:PORT</code> lists the nodes.</p>`
+    <h2>Nodes</h2>
+    <${Nodes} cluster=${cluster} />`
 }

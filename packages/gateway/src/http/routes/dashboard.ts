@@ -70,3 +70,6 @@ export const versions = (env: AppEnv) =>
         data: vs.map((v) => ({ version: v.version, model: v.modelId, info: v.info, created_at: v.createdAt }))
       }))
   )
+
+/** `GET /api/cluster`: nodes (roles, address, up/down, since) and launchers (running and free slots). */
+export const cluster = (env: AppEnv) => admin(env, Effect.map(env.cluster, (c) => HttpServerResponse.unsafeJson(c)))
