@@ -161,6 +161,17 @@ describe("reins rollouts", () => {
   })
 })
 
+describe("attempt logs", () => {
+  it("say why there are none without a local launcher, and 404 for an unknown attempt", async () => {
+    const attemptId = (await gw.admin(`/api/rollouts/${run.split}`)).json.attempts[0].id
+    const r = await gw.admin(`/api/attempts/${attemptId}/logs`)
+    expect(r.status).toBe(200)
+    expect(r.json).toMatchObject({ attempt_id: attemptId, available: false, logs: [] })
+    expect(r.json.reason).toMatch("without a local launcher")
+    expect((await gw.admin("/api/attempts/at_00ff/logs")).status).toBe(404)
+  })
+})
+
 describe("cluster", () => {
   it("has no nodes to report for a Gateway without an actor system", async () => {
     const r = await gw.admin("/api/cluster")

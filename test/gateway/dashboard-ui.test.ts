@@ -6,8 +6,9 @@
  * published while the page is open, pause/resume, clear pages for bad input, and a non-blank
  * screenshot of each page (also written to $REINS_UI_SCREENSHOTS, for the README, when set).
  */
-import { copyFileSync, existsSync, mkdirSync, rmSync } from "node:fs"
+import { copyFileSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
 import path from "node:path"
+import { attemptFiles } from "@reins/rollout"
 import { ActorSystem } from "@reins/runtime"
 import { Layer } from "effect"
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
@@ -24,23 +25,31 @@ let gw: Running
 let run: SmallRun
 let browser: Browser
 let shots: string
+/** Where the local launcher of the Gateway's node would keep attempt logs. */
+let launcherDir: string
 /** Errors thrown in any page: the dashboard must never end in an uncaught exception. */
 const pageErrors: Array<string> = []
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set REINS_CHROMIUM)`)
   shots = tempDir("ui-shots")
+  launcherDir = tempDir("ui-launcher")
   policy = await tinyPolicy()
   // On a node's actor system, as in `reins train`: the Cluster page lists its node.
-  gw = await startGateway(Layer.merge(policy.backend, ActorSystem.layerLocal({ node: "dashboard-node" })))
+  gw = await startGateway(Layer.merge(policy.backend, ActorSystem.layerLocal({ node: "dashboard-node" })), { attemptLogDir: launcherDir })
   run = await recordSmallRun(gw, policy)
+  // The split rollout's harness log, where the local launcher writes it (its own path helper).
+  const attemptId = (await gw.admin(`/api/rollouts/${run.split}`)).json.attempts[0].id
+  const files = attemptFiles(launcherDir, attemptId)
+  mkdirSync(files.dir, { recursive: true })
+  writeFileSync(files.stdout, "harness: asked 2+2\nharness: answer 4\n")
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu"], timeout: 30_000 })
 }, 120_000)
 afterAll(async () => {
   await browser?.close()
   await gw?.close()
   await policy?.close()
-  if (shots) rmSync(shots, { recursive: true, force: true })
+  for (const dir of [shots, launcherDir]) if (dir) rmSync(dir, { recursive: true, force: true })
 })
 
 const newPage = async (context?: BrowserContext): Promise<Page> => {
@@ -201,6 +210,9 @@ describe("pages", () => {
     expect(view.segments[0].tokens).toBe(calls[1].prompt_token_ids.length + calls[1].output_token_ids.length)
     expect(view.segments[1].tokens).toBe(calls[2].prompt_token_ids.length + calls[2].output_token_ids.length)
     expect(await page.locator(".conversation .turn").count()).toBeGreaterThanOrEqual(4)
+    // The attempt's captured log, opened from its row.
+    await page.click(".attempt-log summary")
+    await expect(page.locator('.attempt-log .log[data-name="stdout"] pre').textContent(WAIT)).resolves.toContain("harness: answer 4")
     await screenshot(page, "rollout")
     // The other protocols' conversations render too.
     for (const [id, endpoint, text] of [[run.responses, "responses", "Weather in Paris?"], [run.messages, "messages", "Hello there"]] as const) {

@@ -48,6 +48,8 @@ export interface GatewayOptions {
   readonly publicUrl?: string | undefined
   /** Other model names accepted for the served model. */
   readonly modelAliases?: ReadonlyArray<string> | undefined
+  /** The data directory of this node's local launcher, whose attempt logs the dashboard shows (default: none). */
+  readonly attemptLogDir?: string | undefined
 }
 
 /** Where tokens come from. */
@@ -107,7 +109,8 @@ const make = (options: GatewayOptions) =>
       config: {
         maxBodyBytes: options.maxBodyBytes ?? 16 * 1024 * 1024,
         modelAliases: options.modelAliases ?? [],
-        publicUrl: options.publicUrl
+        publicUrl: options.publicUrl,
+        attemptLogDir: options.attemptLogDir
       },
       checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => checkAdmin(adminToken, headers, method),
       cluster: clusterView(system),

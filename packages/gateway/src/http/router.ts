@@ -68,6 +68,7 @@ export const routes = [
   { method: "GET", path: "/api/rollouts/:id/tokens", name: "api.rollouts.tokens", handler: Dashboard.rolloutTokens },
   { method: "POST", path: "/api/rollouts/:id/attempts", name: "api.rollouts.retry", handler: Admin.retryRollout },
   { method: "POST", path: "/api/attempts/:id/state", name: "api.attempts.state", handler: Admin.setAttemptState },
+  { method: "GET", path: "/api/attempts/:id/logs", name: "api.attempts.logs", handler: Dashboard.attemptLogs },
   { method: "POST", path: "/api/attempts/:id/reward", name: "api.attempts.reward", handler: Admin.attemptReward },
   { method: "POST", path: "/api/gateway/pause", name: "api.gateway.pause", handler: Admin.pause },
   { method: "POST", path: "/api/gateway/resume", name: "api.gateway.resume", handler: Admin.resume },

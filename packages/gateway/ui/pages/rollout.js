@@ -27,10 +27,29 @@ const Conversation = ({ calls }) => {
   </div>`
 }
 
+/** The attempt's captured logs, fetched when opened. */
+const AttemptLog = ({ id }) => {
+  const [state, setState] = useState(null)
+  const open = (e) => {
+    if (!e.target.open || state !== null) return
+    setState({ loading: true })
+    api(`/api/attempts/${encodeURIComponent(id)}/logs`).then((logs) => setState({ logs }), (error) => setState({ error }))
+  }
+  return html`<details class="attempt-log" data-attempt=${id} onToggle=${open}>
+    <summary>Log</summary>
+    ${state?.loading ? html`<p class="loading">Loading…</p>` : null}
+    ${state?.error ? html`<${ErrorBox} error=${state.error} title="The log could not be read" />` : null}
+    ${state?.logs && !state.logs.available ? html`<p class="hint">No captured log: ${state.logs.reason}.</p>` : null}
+    ${(state?.logs?.logs ?? []).map(
+      (l) => html`<div class="log" data-name=${l.name}><div class="hint">${l.name}.log · ${l.bytes} bytes${l.truncated ? " (its end)" : ""}</div><pre>${l.text || "(empty)"}</pre></div>`
+    )}
+  </details>`
+}
+
 const Attempts = ({ attempts }) => html`<table class="attempts">
-  <thead><tr><th>#</th><th>Attempt</th><th>State</th><th>Exit / reason</th><th>Started</th><th>Finished</th></tr></thead>
+  <thead><tr><th>#</th><th>Attempt</th><th>State</th><th>Exit / reason</th><th>Started</th><th>Finished</th><th>Captured log</th></tr></thead>
   <tbody>${attempts.map(
-    (a) => html`<tr><td>${a.index}</td><td class="mono">${a.id}</td><td><span class=${`state ${a.state}`}>${a.state}</span></td><td>${a.reason ?? "–"}</td><td>${fmtTime(a.started_at)}</td><td>${fmtTime(a.finished_at)}</td></tr>`
+    (a) => html`<tr><td>${a.index}</td><td class="mono">${a.id}</td><td><span class=${`state ${a.state}`}>${a.state}</span></td><td>${a.reason ?? "–"}</td><td>${fmtTime(a.started_at)}</td><td>${fmtTime(a.finished_at)}</td><td><${AttemptLog} id=${a.id} /></td></tr>`
   )}</tbody>
 </table>`
 

@@ -12,6 +12,8 @@ export interface HttpConfig {
   readonly modelAliases: ReadonlyArray<string>
   /** The agent-facing base URL handed out with new attempts (default: derived from the request's Host). */
   readonly publicUrl: string | undefined
+  /** Where this node's local launcher keeps attempt logs, if the Gateway may show them. */
+  readonly attemptLogDir: string | undefined
 }
 
 export interface AppEnv extends CallEnv {
