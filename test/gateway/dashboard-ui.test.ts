@@ -121,6 +121,13 @@ describe("login", () => {
     expect(cookie).toMatchObject({ name: "reins_session", httpOnly: true, sameSite: "Strict" })
     expect(cookie!.value).not.toContain(ADMIN)
     expect(page.url()).not.toContain(ADMIN)
+    // The session reads; it writes nothing but pause and resume.
+    const writes = await page.evaluate(async () => {
+      const post = (path: string, body: unknown) =>
+        fetch(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }).then((r) => r.status)
+      return { list: (await fetch("/api/rollouts")).status, create: await post("/api/rollouts", { task: "from the dashboard" }) }
+    })
+    expect(writes).toEqual({ list: 200, create: 403 })
     await page.context().close()
   })
 

@@ -17,7 +17,7 @@ import { Context, Data, type Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import path from "node:path"
 import { resolveAdminToken } from "./auth/admin.js"
-import { checkAdmin } from "./auth/admin.js"
+import { checkAdmin, type SessionAccess } from "./auth/admin.js"
 import { checkSession, makeSession } from "./auth/session.js"
 import { clusterView } from "./dashboard/cluster.js"
 import { secretsEqual } from "./auth/keys.js"
@@ -112,7 +112,7 @@ const make = (options: GatewayOptions) =>
         publicUrl: options.publicUrl,
         attemptLogDir: options.attemptLogDir
       },
-      checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => checkAdmin(adminToken, headers, method),
+      checkAdmin: (headers: Readonly<Record<string, string | undefined>>, access?: SessionAccess) => checkAdmin(adminToken, headers, access),
       cluster: clusterView(system),
       sessions: {
         open: (given: string) => (secretsEqual(given.trim(), adminToken) ? makeSession(adminToken) : null),

@@ -6,7 +6,7 @@ import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { type ApiError, adminUnauthorized, crossOrigin, sessionExpired } from "../http/errors.js"
+import { type ApiError, adminUnauthorized, crossOrigin, sessionExpired, sessionReadOnly } from "../http/errors.js"
 import { keyFromHeaders } from "./attempt.js"
 import { secretsEqual } from "./keys.js"
 import { checkSession, sameOrigin } from "./session.js"
@@ -44,14 +44,26 @@ export const resolveAdminToken = (dataDir: string, explicit?: string): Effect.Ef
   })
 
 /**
- * The admin token as a header, or (the dashboard) a valid session cookie; a request that changes
- * something by cookie must come from the dashboard's origin. A header, when given, decides alone.
+ * What a dashboard session cookie may do on a route: `read` (GET routes), `control` (pause and
+ * resume, from the dashboard's own origin), or nothing (every other write needs the token itself).
  */
-export const checkAdmin = (token: string, headers: Readonly<Record<string, string | undefined>>, method = "GET"): Effect.Effect<void, ApiError> => {
+export type SessionAccess = "read" | "control" | "none"
+
+/**
+ * The admin token as a header, or (the dashboard) a valid session cookie within `access`. A
+ * header, when given, decides alone.
+ */
+export const checkAdmin = (
+  token: string,
+  headers: Readonly<Record<string, string | undefined>>,
+  access: SessionAccess = "read"
+): Effect.Effect<void, ApiError> => {
   const given = keyFromHeaders(headers) ?? headers["x-admin-token"] ?? null
   if (given !== null) return secretsEqual(given, token) ? Effect.void : Effect.fail(adminUnauthorized())
   const session = checkSession(token, headers)
   if (session === "stale") return Effect.fail(sessionExpired())
-  if (session === "valid") return method === "GET" || sameOrigin(headers) ? Effect.void : Effect.fail(crossOrigin())
-  return Effect.fail(adminUnauthorized())
+  if (session === "none") return Effect.fail(adminUnauthorized())
+  if (access === "read") return Effect.void
+  if (access === "control") return sameOrigin(headers) ? Effect.void : Effect.fail(crossOrigin())
+  return Effect.fail(sessionReadOnly())
 }

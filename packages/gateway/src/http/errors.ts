@@ -72,6 +72,15 @@ export const crossOrigin = () =>
     param: null
   })
 
+export const sessionReadOnly = () =>
+  new ApiError({
+    status: 403,
+    message: "The dashboard is read-only except pausing and resuming the Gateway; this route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`).",
+    type: "permission_error",
+    code: "dashboard_read_only",
+    param: null
+  })
+
 export const attemptFinished = (attemptId: string, state: string) =>
   new ApiError({
     status: 409,

@@ -16,8 +16,10 @@ import { parseRolloutQuery } from "./rolloutQuery.js"
 
 type Headers = Readonly<Record<string, string | undefined>>
 
-const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers, request.method), effect))
+/** The admin token; a dashboard session may read (GET) and, where a route says `control`, pause and resume. */
+const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>, control = false) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    Effect.zipRight(env.checkAdmin(request.headers, control ? "control" : request.method === "GET" ? "read" : "none"), effect))
 
 /** Decodes a JSON body against a struct, naming unknown or invalid fields. */
 const body = <A, I>(env: AppEnv, schema: Schema.Schema<A, I> & { readonly fields: Schema.Struct.Fields }, allowEmpty = false) =>
@@ -157,11 +159,12 @@ export const pause = (env: AppEnv) =>
       const b = yield* body(env, Schema.Struct({ mode: Schema.optional(PauseMode) }), true)
       const s = yield* env.gate.pause(b.mode ?? "drain").pipe(Effect.mapError(gatewayFailure))
       return HttpServerResponse.unsafeJson(stateJson(s))
-    })
+    }),
+    true
   )
 
 export const resume = (env: AppEnv) =>
-  admin(env, Effect.map(Effect.mapError(env.gate.resume, gatewayFailure), (s) => HttpServerResponse.unsafeJson(stateJson(s))))
+  admin(env, Effect.map(Effect.mapError(env.gate.resume, gatewayFailure), (s) => HttpServerResponse.unsafeJson(stateJson(s))), true)
 
 export const state = (env: AppEnv) => admin(env, Effect.map(env.gate.state, (s) => HttpServerResponse.unsafeJson(stateJson(s))))
 

@@ -11,8 +11,9 @@ import { type TokenText, tokenTextOf } from "../../dashboard/tokenText.js"
 import { type ApiError, internal, notFound } from "../errors.js"
 import type { AppEnv } from "./env.js"
 
+/** Read-only routes: the admin token or a dashboard session. */
 const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers, request.method), effect))
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers), effect))
 
 const storeFailure = (e: { readonly _tag: string; readonly message: string }): ApiError =>
   e._tag === "NotFound" ? notFound(e.message) : internal(`the store failed: ${e.message}`)

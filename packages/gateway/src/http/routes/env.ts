@@ -1,5 +1,6 @@
 /** What the HTTP routes need: the call environment plus HTTP-level settings. */
 import type { Effect } from "effect"
+import type { SessionAccess } from "../../auth/admin.js"
 import type { SessionCheck } from "../../auth/session.js"
 import type { ClusterJson } from "../../dashboard/cluster.js"
 import type { CallEnv } from "../../calls/env.js"
@@ -18,8 +19,8 @@ export interface HttpConfig {
 
 export interface AppEnv extends CallEnv {
   readonly config: HttpConfig
-  /** The admin token as a header, or a dashboard session cookie (which may change things only from the dashboard's origin). */
-  readonly checkAdmin: (headers: Readonly<Record<string, string | undefined>>, method?: string) => Effect.Effect<void, ApiError>
+  /** The admin token as a header, or a dashboard session cookie within `access` (default `read`). */
+  readonly checkAdmin: (headers: Readonly<Record<string, string | undefined>>, access?: SessionAccess) => Effect.Effect<void, ApiError>
   /** The cluster's nodes and launchers as this Gateway's node sees them (empty without an actor system). */
   readonly cluster: Effect.Effect<ClusterJson>
   /** Dashboard logins: a session cookie value for the right admin token (null for a wrong one), and the check of a request's cookie. */
