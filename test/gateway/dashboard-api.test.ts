@@ -137,16 +137,17 @@ describe("token view", () => {
   })
 })
 
-describe("reins rollouts", () => {
+describe("reins rollouts and reins ui", () => {
   it("lists and shows rollouts against the running Gateway, tokens in ANSI colours", async () => {
     const data = tempDir("rollouts-cli")
     mkdirSync(data, { recursive: true })
     writeFileSync(path.join(data, "admin-token"), ADMIN + "\n")
     const env = { REINS_ADMIN_TOKEN: "", FORCE_COLOR: "1" }
-    const [listed, shown, refused] = await Promise.all([
+    const [listed, shown, refused, ui] = await Promise.all([
       runReins(["rollouts", "list", "--url", gw.url, "--data", data, "--group", "g-chat", "--json"], 60_000, env),
       runReins(["rollouts", "show", run.split, "--url", gw.url, "--data", data, "--tokens"], 60_000, env),
-      runReins(["rollouts", "show", "ro_0000", "--url", gw.url], 60_000, { REINS_ADMIN_TOKEN: ADMIN })
+      runReins(["rollouts", "show", "ro_0000", "--url", gw.url], 60_000, { REINS_ADMIN_TOKEN: ADMIN }),
+      runReins(["ui", "--url", gw.url, "--data", data], 60_000, env)
     ])
     expect(listed.code, listed.stderr).toBe(0)
     expect(JSON.parse(listed.stdout).data.map((r: any) => r.id)).toEqual([run.responses, run.split])
@@ -156,6 +157,9 @@ describe("reins rollouts", () => {
     expect(shown.stdout).toMatch(/segment 1 .*start: history-edited/)
     expect(shown.stdout).toContain("\u001b[36m")
     expect(shown.stdout).toMatch(/\u001b\[4[123];/)
+    expect(ui.code, ui.stderr).toBe(0)
+    expect(ui.stdout).toContain(`The dashboard: ${gw.url}/ui`)
+    expect(ui.stdout).toContain(path.join(data, "admin-token"))
     expect(refused.code).toBe(1)
     expect(refused.stderr).toMatch(/reins rollouts show: .*ro_0000.*not found/)
   })

@@ -11,10 +11,11 @@ import { start } from "./start.js"
 import { status } from "./status.js"
 import { tokenizer } from "./tokenizer.js"
 import { trainCommand } from "./train.js"
+import { ui } from "./ui.js"
 
 const reins = Command.make("reins").pipe(
   Command.withDescription("Reinforcement learning for LLM agents through the harness they are deployed with."),
-  Command.withSubcommands([start, node, status, rollouts, tokenizer, serve, sft, trainCommand, evalCommand, exportCommand, bench])
+  Command.withSubcommands([start, node, status, rollouts, ui, tokenizer, serve, sft, trainCommand, evalCommand, exportCommand, bench])
 )
 
 export const cli = Command.run(reins, { name: "reins", version: "0.1.0" })
