@@ -230,21 +230,6 @@ describe("pages", () => {
     await page.context().close()
   })
 
-  it("a chart follows a version published while the page is open, without a reload", async () => {
-    const page = await loggedIn()
-    await page.goto(`${gw.url}/ui#/runs`)
-    await page.waitForSelector('#stream-state:text("live")', WAIT)
-    await page.waitForSelector('#chart-versions[data-points="1"]', WAIT)
-    await page.evaluate(() => ((globalThis as any).notReloaded = true))
-    const version = await publishVersion(gw, policy)
-    await page.waitForSelector('#chart-versions[data-points="2"]', WAIT)
-    expect(await page.locator("#current-version").textContent()).toBe(String(version))
-    expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true)
-    expect(Number(await page.locator("#chart-reward").getAttribute("data-points"))).toBe(8)
-    await screenshot(page, "runs")
-    await page.context().close()
-  })
-
   it("the cluster page shows the node and pauses and resumes the Gateway", async () => {
     const page = await loggedIn()
     await page.goto(`${gw.url}/ui#/cluster`)
@@ -259,6 +244,33 @@ describe("pages", () => {
     await page.click("#resume")
     await page.waitForSelector('#gateway-state[data-paused="false"]', WAIT)
     expect((await gw.admin("/api/gateway/state")).json.paused).toBe(false)
+    await page.context().close()
+  })
+
+  it("a chart follows a version published while the page is open, without a reload", async () => {
+    const page = await loggedIn()
+    await page.goto(`${gw.url}/ui#/runs`)
+    await page.waitForSelector('#stream-state:text("live")', WAIT)
+    await page.waitForSelector('#chart-versions[data-points="1"]', WAIT)
+    // The three rollouts with calls ended under the version that sampled them.
+    await page.waitForSelector('#chart-staleness[data-points="3"][data-last="0"]', WAIT)
+    await page.evaluate(() => ((globalThis as any).notReloaded = true))
+    // A rollout sampled by version 0 that ends after version 1 is out: one version behind.
+    const late = await gw.attempt({ late: true })
+    const r = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${late.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: policy.modelId, messages: [{ role: "user", content: "late" }], max_tokens: 4 })
+    })
+    expect(r.status).toBe(200)
+    const version = await publishVersion(gw, policy)
+    await page.waitForSelector('#chart-versions[data-points="2"]', WAIT)
+    expect(await page.locator("#current-version").textContent()).toBe(String(version))
+    await gw.admin(`/api/attempts/${late.attemptId}/state`, { body: { state: "succeeded" } })
+    await page.waitForSelector('#chart-staleness[data-points="4"][data-last="1"]', WAIT)
+    expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true)
+    expect(Number(await page.locator("#chart-reward").getAttribute("data-points"))).toBe(8)
+    await screenshot(page, "runs")
     await page.context().close()
   })
 })

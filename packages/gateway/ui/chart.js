@@ -33,7 +33,8 @@ export const Chart = ({ id, title, data, series, time = true, xLabel }) => {
     }
   }, [])
   useEffect(() => plot.current?.setData(data), [data])
-  return html`<figure class="chart" id=${id} data-points=${data[0].length}>
+  const n = data[0].length
+  return html`<figure class="chart" id=${id} data-points=${n} data-last=${n > 0 ? data[1][n - 1] : ""}>
     <figcaption>${title}${data[0].length === 0 ? html` <span class="hint">(no data yet)</span>` : null}</figcaption>
     <div ref=${box}></div>
   </figure>`

@@ -16,7 +16,11 @@ export const emptyRun = () => ({
   pauses: [],
   tokenBuckets: new Map(),
   ended: { succeeded: 0, failed: 0, cancelled: 0 },
-  rollouts: 0
+  rollouts: 0,
+  /** Per rollout: the oldest policy version among its sampled tokens so far. */
+  oldest: new Map(),
+  /** Per ended rollout: how many versions its oldest token is behind the latest published one. */
+  staleness: []
 })
 
 /** Folds one event (as `/api/events` sends it) into `run`, in place. */
@@ -32,6 +36,9 @@ export const foldEvent = (run, e) => {
       break
     case "attempt.state":
       if (d.to in run.ended) run.ended[d.to]++
+      if ((d.to === "succeeded" || d.to === "failed") && run.oldest.has(e.rollout_id) && run.versions.length > 0) {
+        run.staleness.push({ t, behind: run.versions[run.versions.length - 1].version - run.oldest.get(e.rollout_id) })
+      }
       break
     case "reward.recorded":
       if (d.callId === null || d.callId === undefined) run.rewards.push({ t, value: d.value })
@@ -39,6 +46,7 @@ export const foldEvent = (run, e) => {
     case "call.recorded": {
       const b = Math.floor(t / BUCKET_S) * BUCKET_S
       run.tokenBuckets.set(b, (run.tokenBuckets.get(b) ?? 0) + (d.outputTokens ?? 0))
+      if (typeof d.minVersion === "number" && e.rollout_id) run.oldest.set(e.rollout_id, Math.min(d.minVersion, run.oldest.get(e.rollout_id) ?? Infinity))
       break
     }
     case "model.version":
@@ -66,7 +74,8 @@ export const chartsOf = (run) => {
     reward: [run.rewards.map((r) => r.t), rolling(rewards, mean), rolling(rewards, (xs) => xs.filter((x) => x > 0).length / xs.length)],
     versions: [run.versions.map((v) => v.t), run.versions.map((v) => v.version)],
     updates: [run.updates.map((_, i) => i + 1), run.updates.map((u) => u.pausedSeconds), run.updates.map((u) => u.held)],
-    tokens: [buckets.map(([b]) => b), buckets.map(([, n]) => n / BUCKET_S)]
+    tokens: [buckets.map(([b]) => b), buckets.map(([, n]) => n / BUCKET_S)],
+    staleness: [run.staleness.map((x) => x.t), run.staleness.map((x) => x.behind), rolling(run.staleness.map((x) => x.behind), mean)]
   }
 }
 

@@ -63,6 +63,7 @@ export const RunsPage = () => {
       <${Chart} id="chart-versions" title="Policy version published" data=${charts.versions} series=${["version"]} />
       <${Chart} id="chart-updates" title="Per update: paused seconds and held calls" data=${charts.updates} series=${["paused s", "held calls"]} time=${false} xLabel="update" />
       <${Chart} id="chart-tokens" title="Tokens sampled per second" data=${charts.tokens} series=${["tokens/s"]} />
+      <${Chart} id="chart-staleness" title="Staleness: versions the oldest token of each ended rollout is behind the latest" data=${charts.staleness} series=${["versions behind", "mean of 16"]} />
     </div>
     <${Timeline} run=${r} />`
 }

@@ -41,6 +41,14 @@ import { registerVersionFunctions, rolloutPage, rolloutSummaries } from "./rollo
 import { json, parseJson, type Row, toAttempt, toCall, toEvent, toModelVersion, toReward, toRollout } from "./rows.js"
 import { EVENT_PAGE, prepareStatements, row, rows } from "./statements.js"
 
+const versionRange = (versions: Int32Array): { readonly minVersion: number | null; readonly maxVersion: number | null } => {
+  if (versions.length === 0) return { minVersion: null, maxVersion: null }
+  let min = versions[0]!
+  let max = min
+  for (const v of versions) (min = v < min ? v : min), (max = v > max ? v : max)
+  return { minVersion: min, maxVersion: max }
+}
+
 const nullable = <A>(u: A | undefined): A | null => (u === undefined ? null : u)
 
 /** Thrown inside a transaction to abort it with a typed failure. */
@@ -143,7 +151,9 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       status: call.status,
       finishReason: call.finishReason,
       promptTokens: call.promptIds.length,
-      outputTokens: call.outputIds.length
+      outputTokens: call.outputIds.length,
+      // The policy versions that sampled it: what the dashboard's staleness chart needs, without reading the call.
+      ...versionRange(call.versions)
     })
     return new LlmCall({
       id,
