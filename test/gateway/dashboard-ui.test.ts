@@ -10,10 +10,11 @@ import { copyFileSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node
 import path from "node:path"
 import { attemptFiles } from "@reins/rollout"
 import { ActorSystem } from "@reins/runtime"
-import { Layer } from "effect"
+import { VersionMetrics } from "@reins/protocol"
+import { Effect, Layer, Schema } from "effect"
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { publishVersion, recordSmallRun, type SmallRun } from "./dashboardRun.js"
+import { publishVersion, recordSmallRun, type SmallRun, trainerMetrics } from "./dashboardRun.js"
 import { ADMIN, type Running, startGateway, tempDir } from "./harness.js"
 import { tinyPolicy, type TinyPolicy } from "./policy.js"
 
@@ -268,6 +269,13 @@ describe("pages", () => {
     expect(await page.locator("#current-version").textContent()).toBe(String(version))
     await gw.admin(`/api/attempts/${late.attemptId}/state`, { body: { state: "succeeded" } })
     await page.waitForSelector('#chart-staleness[data-points="4"][data-last="1"]', WAIT)
+    // A run's Trainer update and evaluation, as `reins train` records them into the event log.
+    await Effect.runPromise(gw.store.recordEvent("trainer.version", Schema.encodeSync(VersionMetrics)(trainerMetrics(version, 4096, 2))))
+    await Effect.runPromise(gw.store.recordEvent("evaluation", { split: "test", version, tasks: 50, rollouts: 200, passAt1: 0.835, greedyPassAt1: 0.9, harnessErrors: 0, seconds: 150 }))
+    await page.waitForSelector('#chart-trained[data-points="1"][data-last="2048"]', WAIT)
+    await page.waitForSelector('#chart-trained-staleness[data-points="1"][data-last="0.25"]', WAIT)
+    await page.waitForSelector('#chart-evaluations[data-points="1"][data-last="0.835"]', WAIT)
+    expect(await page.locator("#latest-eval").textContent()).toBe(`83.5% (v${version})`)
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true)
     expect(Number(await page.locator("#chart-reward").getAttribute("data-points"))).toBe(8)
     await screenshot(page, "runs")

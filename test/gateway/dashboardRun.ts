@@ -4,6 +4,7 @@
  * edits the history), one Responses and one Messages rollout, and rollouts without calls in two
  * groups with states and rewards, for the table's filters and pages.
  */
+import { DeviceBusy, DropCount, DropReason, PauseStats, RewardStats, SegmentStart, StalenessStats, UsedStats, VersionMetrics } from "@reins/protocol"
 import { Effect } from "effect"
 import type { Running } from "./harness.js"
 import type { TinyPolicy } from "./policy.js"
@@ -79,3 +80,22 @@ export const publishVersion = async (gw: Running, policy: TinyPolicy): Promise<n
   await Effect.runPromise(gw.gateway.swapped)
   return version
 }
+
+/**
+ * A Trainer update's metrics as the Trainer publishes them (every field, zero drops), for tests
+ * of what records and charts them.
+ */
+export const trainerMetrics = (version: number, tokens: number, wallSeconds: number): VersionMetrics =>
+  new VersionMetrics({
+    version,
+    at: Date.now(),
+    wallSeconds,
+    reward: new RewardStats({ rollouts: 8, mean: 0.5, passRate: 0.5 }),
+    used: new UsedStats({ groups: 2, rollouts: 8, segments: 9, tokens, actionTokens: Math.floor(tokens / 4) }),
+    segmentStarts: Object.fromEntries(SegmentStart.literals.map((k) => [k, 0])) as VersionMetrics["segmentStarts"],
+    drops: Object.fromEntries(DropReason.literals.map((k) => [k, new DropCount({ count: 0, actionTokens: 0 })])) as VersionMetrics["drops"],
+    staleness: new StalenessStats({ histogram: [6, 2], max: 1, mean: 0.25, future: 0 }),
+    pause: new PauseStats({ pauseSeconds: 1.5, drainSeconds: 0.2, heldCalls: 3 }),
+    device: new DeviceBusy({ generating: 0.5, training: 0.3, idle: 0.2 }),
+    train: { loss: 0.1 }
+  })

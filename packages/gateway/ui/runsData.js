@@ -20,7 +20,10 @@ export const emptyRun = () => ({
   /** Per rollout: the oldest policy version among its sampled tokens so far. */
   oldest: new Map(),
   /** Per ended rollout: how many versions its oldest token is behind the latest published one. */
-  staleness: []
+  staleness: [],
+  /** The Trainer's updates (`trainer.version`: its VersionMetrics) and evaluations, when the run records them. */
+  trained: [],
+  evaluations: []
 })
 
 /** Folds one event (as `/api/events` sends it) into `run`, in place. */
@@ -52,6 +55,19 @@ export const foldEvent = (run, e) => {
     case "model.version":
       run.versions.push({ t, version: d.version })
       break
+    case "trainer.version":
+      run.trained.push({
+        t,
+        version: d.version,
+        tokensPerSecond: d.wallSeconds > 0 ? d.used.tokens / d.wallSeconds : null,
+        actionTokensPerSecond: d.wallSeconds > 0 ? d.used.actionTokens / d.wallSeconds : null,
+        stalenessMean: d.staleness.mean,
+        stalenessMax: d.staleness.max
+      })
+      break
+    case "evaluation":
+      run.evaluations.push({ t, version: d.version, split: d.split, passAt1: d.passAt1, greedyPassAt1: d.greedyPassAt1 })
+      break
     case "gateway.paused":
       run.pausedAt = t
       break
@@ -66,6 +82,12 @@ export const foldEvent = (run, e) => {
 const rolling = (values, f) => values.map((_, i) => f(values.slice(Math.max(0, i - WINDOW + 1), i + 1)))
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length
 
+const byVersion = (evaluations) => {
+  const last = new Map(evaluations.map((x) => [x.version, x]))
+  const rows = [...last.values()].sort((a, b) => a.version - b.version)
+  return [rows.map((x) => x.version), rows.map((x) => x.passAt1), rows.map((x) => x.greedyPassAt1)]
+}
+
 /** uPlot data sets: [xs, ...ys]. */
 export const chartsOf = (run) => {
   const rewards = run.rewards.map((r) => r.value)
@@ -75,6 +97,10 @@ export const chartsOf = (run) => {
     versions: [run.versions.map((v) => v.t), run.versions.map((v) => v.version)],
     updates: [run.updates.map((_, i) => i + 1), run.updates.map((u) => u.pausedSeconds), run.updates.map((u) => u.held)],
     tokens: [buckets.map(([b]) => b), buckets.map(([, n]) => n / BUCKET_S)],
+    trained: [run.trained.map((x) => x.version), run.trained.map((x) => x.tokensPerSecond), run.trained.map((x) => x.actionTokensPerSecond)],
+    trainedStaleness: [run.trained.map((x) => x.version), run.trained.map((x) => x.stalenessMean), run.trained.map((x) => x.stalenessMax)],
+    // Evaluations by version (uPlot wants increasing x: a version evaluated twice keeps its last result).
+    evaluations: byVersion(run.evaluations.filter((x) => x.split === "test")),
     staleness: [run.staleness.map((x) => x.t), run.staleness.map((x) => x.behind), rolling(run.staleness.map((x) => x.behind), mean)]
   }
 }

@@ -5,7 +5,9 @@ import { Chart } from "../chart.js"
 import { html } from "../lib.js"
 import { chartsOf, emptyRun, foldEvent, timelineOf } from "../runsData.js"
 
-const TYPES = ["rollout.created", "attempt.state", "call.recorded", "reward.recorded", "model.version", "gateway.paused", "gateway.resumed"]
+const TYPES = ["rollout.created", "attempt.state", "call.recorded", "reward.recorded", "model.version", "gateway.paused", "gateway.resumed", "trainer.version", "evaluation"]
+
+const evalText = (e) => (e.passAt1 === null ? "–" : `${(e.passAt1 * 100).toFixed(1)}% (v${e.version})`)
 
 /** Redraw at most this often however fast events come. */
 const REDRAW_MS = 300
@@ -57,12 +59,16 @@ export const RunsPage = () => {
       <div class="card"><span>Rollouts</span><strong>${r.rollouts}</strong></div>
       <div class="card"><span>Succeeded / failed</span><strong>${r.ended.succeeded} / ${r.ended.failed}</strong></div>
       <div class="card"><span>Updates (pauses)</span><strong>${r.updates.length}</strong></div>
+      <div class="card"><span>Test pass@1 (latest)</span><strong id="latest-eval">${r.evaluations.length ? evalText(r.evaluations[r.evaluations.length - 1]) : "–"}</strong></div>
     </div>
     <div class="charts">
       <${Chart} id="chart-reward" title="Reward (mean of the last 16) and pass rate (reward > 0)" data=${charts.reward} series=${["reward", "pass rate"]} />
       <${Chart} id="chart-versions" title="Policy version published" data=${charts.versions} series=${["version"]} />
       <${Chart} id="chart-updates" title="Per update: paused seconds and held calls" data=${charts.updates} series=${["paused s", "held calls"]} time=${false} xLabel="update" />
       <${Chart} id="chart-tokens" title="Tokens sampled per second" data=${charts.tokens} series=${["tokens/s"]} />
+      <${Chart} id="chart-evaluations" title="Test pass@1 of evaluations, by version (sampled, greedy)" data=${charts.evaluations} series=${["pass@1", "greedy"]} time=${false} xLabel="version" />
+      <${Chart} id="chart-trained" title="Tokens trained per second, by update (all, actions)" data=${charts.trained} series=${["tokens/s", "action tokens/s"]} time=${false} xLabel="version" />
+      <${Chart} id="chart-trained-staleness" title="Staleness of the trained tokens, by update (mean, max)" data=${charts.trainedStaleness} series=${["mean", "max"]} time=${false} xLabel="version" />
       <${Chart} id="chart-staleness" title="Staleness: versions the oldest token of each ended rollout is behind the latest" data=${charts.staleness} series=${["versions behind", "mean of 16"]} />
     </div>
     <${Timeline} run=${r} />`
