@@ -54,20 +54,30 @@ const paint = (codes: string, text: string, color: boolean) => (color ? `${ESC}$
 /** Action tokens get a background from green (the policy was sure) through yellow to red (surprised). */
 const heat = (logprob: number | null) => (logprob === null ? "42;30" : logprob > -0.5 ? "42;30" : logprob > -2 ? "43;30" : "41;97")
 
-/** Newlines and tabs shown, so one token is one visible cell. */
-const visible = (t: string) => t.replace(/\n/g, "↵\n").replace(/\t/g, "→")
+/**
+ * A token as terminal text: tabs and other control characters as their visible pictures (a
+ * sampled control byte must not drive the terminal), newlines as `↵` that then break the line.
+ */
+const cell = (t: string, paintIt: (text: string) => string) =>
+  t
+    .split("\n")
+    .map((part) => paintIt(part.replace(/[\u0000-\u001f\u007f]/g, (c) => (c === "\t" ? "→" : String.fromCharCode(c === "\u007f" ? 0x2421 : 0x2400 + c.charCodeAt(0))))))
+    .join(paintIt("↵") + "\n")
 
 export const tokenText = (segments: ReadonlyArray<TokenSegment>, color: boolean): string => {
   const out: Array<string> = []
   for (const s of segments) {
     const vs = s.versions.filter((v): v is number => v !== null)
-    const span = vs.length === 0 ? "-" : `${Math.min(...vs)}-${Math.max(...vs)}`
+    const lo = Math.min(...vs)
+    const hi = Math.max(...vs)
+    const span = vs.length === 0 ? "-" : lo === hi ? String(lo) : `${lo}-${hi}`
     out.push(paint("1", `── segment ${s.index} (attempt ${s.attempt_id}) start: ${s.start}, ${s.tokens} tokens, ${s.action_tokens} actions, versions ${span}`, color))
     let line = ""
     for (let i = 0; i < s.tokens; i++) {
-      const text = s.text === null ? `[${s.token_ids[i]}]` : visible(s.text[i]!)
+      const text = s.text === null ? `[${s.token_ids[i]}]` : s.text[i]!
       const role = s.roles[i]!
-      line += role === "prompt" ? paint("2", text, color) : role === "observation" ? paint("36", text, color) : paint(heat(s.logprobs[i]!), text, color)
+      const codes = role === "prompt" ? "2" : role === "observation" ? "36" : heat(s.logprobs[i]!)
+      line += cell(text, (t) => paint(codes, t, color))
     }
     out.push(line, "")
   }
