@@ -2,7 +2,7 @@
 // (`/api/events`, replayed from the start, then live) — new events redraw without a reload.
 import { useEffect, useRef, useState } from "preact/hooks"
 import { Chart } from "../chart.js"
-import { html } from "../lib.js"
+import { api, html } from "../lib.js"
 import { chartsOf, emptyRun, foldEvent, timelineOf } from "../runsData.js"
 
 const TYPES = ["rollout.created", "attempt.state", "call.recorded", "reward.recorded", "model.version", "gateway.paused", "gateway.resumed", "trainer.version", "evaluation"]
@@ -40,7 +40,13 @@ export const RunsPage = () => {
     source.addEventListener("error", (message) => {
       // The stream's own error event carries the store's message; a dropped connection has none.
       if (message.data) setLink(`error: ${JSON.parse(message.data).error.message}`)
-      else setLink(source.readyState === EventSource.CLOSED ? "closed (reload the page)" : "reconnecting…")
+      else if (source.readyState !== EventSource.CLOSED) setLink("reconnecting…")
+      else {
+        // The browser gives up on a refused stream (an expired session): asking the API once says
+        // which — a 401 takes the page to the login form — and anything else is shown.
+        setLink("closed (reload the page)")
+        api("/api/gateway/state").catch((e) => setLink(`closed: ${e.message}`))
+      }
     })
     source.addEventListener("open", () => setLink("live"))
     return () => {
