@@ -50,8 +50,8 @@ export interface ReinsRun {
 }
 
 /** Runs `reins ...args` to its end, killed after `timeoutMs`. */
-export const runReins = async (args: ReadonlyArray<string>, timeoutMs: number): Promise<ReinsRun> => {
-  const run = spawnReins(args)
+export const runReins = async (args: ReadonlyArray<string>, timeoutMs: number, env?: Record<string, string>): Promise<ReinsRun> => {
+  const run = spawnReins(args, env === undefined ? {} : { env })
   const timer = setTimeout(() => run.child.kill("SIGKILL"), timeoutMs)
   try {
     const code = await run.exited

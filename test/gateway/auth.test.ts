@@ -52,6 +52,13 @@ const AGENT_ROUTES = [
   "GET /metrics"
 ]
 
+/**
+ * The dashboard's routes: the login form, its static files and the app's shell, which holds no
+ * data (it reads the admin API with the session cookie). dashboard-ui.test.ts checks that an
+ * attempt key gets the login form there, not the app.
+ */
+const DASHBOARD_ROUTES = ["GET /ui", "POST /ui/login", "POST /ui/logout", "GET /ui/assets/*", "GET /ui/vendor/*"]
+
 /** A body each admin POST route would accept from the admin: only the key may stop it. */
 const VALID_BODIES: Record<string, unknown> = {
   "api.rollouts.create": { task: { q: "made by an attempt" } },
@@ -140,7 +147,7 @@ describe("attempt keys", () => {
     // Every route outside /api is one an agent (or anyone) may call, named here: a new route must
     // be classified, and one under /api is tried below without anyone listing it.
     const outside = httpRoutes.filter((r) => !r.path.startsWith("/api/")).map((r) => `${r.method} ${r.path}`)
-    expect(outside.sort()).toEqual([...AGENT_ROUTES].sort())
+    expect(outside.sort()).toEqual([...AGENT_ROUTES, ...DASHBOARD_ROUTES].sort())
     const adminRoutes = httpRoutes.filter((r) => r.path.startsWith("/api/"))
     expect(adminRoutes.length).toBeGreaterThanOrEqual(10)
 

@@ -12,12 +12,15 @@ import type { HttpApp } from "@effect/platform"
 import { HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { GatewayError, GatewayRpcs, type GatewayState, type PauseMode, StoreError } from "@reins/protocol"
-import { Actor } from "@reins/runtime"
+import { Actor, ActorSystem } from "@reins/runtime"
 import { Context, Data, type Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import path from "node:path"
 import { resolveAdminToken } from "./auth/admin.js"
-import { checkAdmin } from "./auth/admin.js"
+import { checkAdmin, type SessionAccess } from "./auth/admin.js"
+import { checkSession, makeSession } from "./auth/session.js"
+import { clusterView } from "./dashboard/cluster.js"
+import { secretsEqual } from "./auth/keys.js"
 import type { Backend } from "./calls/env.js"
 import * as PauseGate from "./gate/PauseGate.js"
 import { Generator } from "./generator/Generator.js"
@@ -45,6 +48,8 @@ export interface GatewayOptions {
   readonly publicUrl?: string | undefined
   /** Other model names accepted for the served model. */
   readonly modelAliases?: ReadonlyArray<string> | undefined
+  /** The data directory of this node's local launcher, whose attempt logs the dashboard shows (default: none). */
+  readonly attemptLogDir?: string | undefined
 }
 
 /** Where tokens come from. */
@@ -92,6 +97,8 @@ const make = (options: GatewayOptions) =>
     const adminToken = yield* resolveAdminToken(options.dataDir, options.adminToken).pipe(
       Effect.mapError((e) => new GatewayStartError({ message: e.message }))
     )
+    // The node's actor system, when the Gateway runs on one: the dashboard's view of the cluster.
+    const system = yield* Effect.serviceOption(ActorSystem)
     const gate = yield* PauseGate.make({ backend: gateBackend(backend), store, metrics, maxHold: options.maxHold })
     const env = {
       backend,
@@ -102,9 +109,15 @@ const make = (options: GatewayOptions) =>
       config: {
         maxBodyBytes: options.maxBodyBytes ?? 16 * 1024 * 1024,
         modelAliases: options.modelAliases ?? [],
-        publicUrl: options.publicUrl
+        publicUrl: options.publicUrl,
+        attemptLogDir: options.attemptLogDir
       },
-      checkAdmin: (headers: Readonly<Record<string, string | undefined>>) => checkAdmin(adminToken, headers)
+      checkAdmin: (headers: Readonly<Record<string, string | undefined>>, access?: SessionAccess) => checkAdmin(adminToken, headers, access),
+      cluster: clusterView(system),
+      sessions: {
+        open: (given: string) => (secretsEqual(given.trim(), adminToken) ? makeSession(adminToken) : null),
+        check: (headers: Readonly<Record<string, string | undefined>>) => checkSession(adminToken, headers)
+      }
     }
     const model = yield* gateBackend(backend).model
     yield* store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(

@@ -10,7 +10,7 @@ export * as PauseGate from "./gate/PauseGate.js"
 export * as Metrics from "./metrics.js"
 /** The HTTP route table (method, path, metric name): what the Gateway serves. */
 export { routes as httpRoutes } from "./http/router.js"
-export { Store, type StoreService, type IssuedAttempt, type NewCall, type NewReward, type NewRollout, type RolloutDetail, type RolloutPage, type RolloutQuery, type UnfinishedRollout } from "./store/Store.js"
+export { Store, type StoreService, type IssuedAttempt, type NewCall, type NewReward, type NewRollout, type RolloutDetail, type RolloutPage, type RolloutQuery, type RolloutSummary, type UnfinishedRollout } from "./store/Store.js"
 export * as SqliteStore from "./store/sqlite/SqliteStore.js"
 export type { PromptFormat } from "./prompt/reuse.js"
 export { generateKey, hashKey } from "./auth/keys.js"

@@ -158,7 +158,11 @@ export const EventType = Schema.Literal(
   "reward.recorded",
   "model.version",
   "gateway.paused",
-  "gateway.resumed"
+  "gateway.resumed",
+  /** A Trainer update's metrics (`VersionMetrics`), recorded by the run for the dashboard. */
+  "trainer.version",
+  /** An evaluation's result (pass@1 on a split), recorded by the run for the dashboard. */
+  "evaluation"
 )
 export type EventType = typeof EventType.Type
 

@@ -6,9 +6,10 @@ import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { type ApiError, adminUnauthorized } from "../http/errors.js"
+import { type ApiError, adminUnauthorized, crossOrigin, sessionExpired, sessionReadOnly } from "../http/errors.js"
 import { keyFromHeaders } from "./attempt.js"
 import { secretsEqual } from "./keys.js"
+import { checkSession, sameOrigin } from "./session.js"
 
 export const ADMIN_TOKEN_FILE = "admin-token"
 
@@ -42,7 +43,27 @@ export const resolveAdminToken = (dataDir: string, explicit?: string): Effect.Ef
     catch: (e) => new AdminTokenError(`admin token: ${e instanceof Error ? e.message : String(e)}`)
   })
 
-export const checkAdmin = (token: string, headers: Readonly<Record<string, string | undefined>>): Effect.Effect<void, ApiError> => {
+/**
+ * What a dashboard session cookie may do on a route: `read` (GET routes), `control` (pause and
+ * resume, from the dashboard's own origin), or nothing (every other write needs the token itself).
+ */
+export type SessionAccess = "read" | "control" | "none"
+
+/**
+ * The admin token as a header, or (the dashboard) a valid session cookie within `access`. A
+ * header, when given, decides alone.
+ */
+export const checkAdmin = (
+  token: string,
+  headers: Readonly<Record<string, string | undefined>>,
+  access: SessionAccess = "read"
+): Effect.Effect<void, ApiError> => {
   const given = keyFromHeaders(headers) ?? headers["x-admin-token"] ?? null
-  return given !== null && secretsEqual(given, token) ? Effect.void : Effect.fail(adminUnauthorized())
+  if (given !== null) return secretsEqual(given, token) ? Effect.void : Effect.fail(adminUnauthorized())
+  const session = checkSession(token, headers)
+  if (session === "stale") return Effect.fail(sessionExpired())
+  if (session === "none") return Effect.fail(adminUnauthorized())
+  if (access === "read") return Effect.void
+  if (access === "control") return sameOrigin(headers) ? Effect.void : Effect.fail(crossOrigin())
+  return Effect.fail(sessionReadOnly())
 }

@@ -54,6 +54,33 @@ export const adminUnauthorized = () =>
     param: null
   })
 
+export const sessionExpired = () =>
+  new ApiError({
+    status: 401,
+    message: "The dashboard session has expired or is no longer valid (the admin token changed); log in again at /ui.",
+    type: "authentication_error",
+    code: "session_expired",
+    param: null
+  })
+
+export const crossOrigin = () =>
+  new ApiError({
+    status: 403,
+    message: "A dashboard request that changes something must come from the dashboard's own page.",
+    type: "permission_error",
+    code: "cross_origin",
+    param: null
+  })
+
+export const sessionReadOnly = () =>
+  new ApiError({
+    status: 403,
+    message: "The dashboard is read-only except pausing and resuming the Gateway; this route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`).",
+    type: "permission_error",
+    code: "dashboard_read_only",
+    param: null
+  })
+
 export const attemptFinished = (attemptId: string, state: string) =>
   new ApiError({
     status: 409,

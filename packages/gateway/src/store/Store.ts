@@ -81,12 +81,28 @@ export interface RolloutQuery {
   readonly limit?: number | undefined
   /** The `next` cursor of the previous page. */
   readonly cursor?: string | undefined
+  /** Only rollouts with at least one token sampled by this policy version. */
+  readonly version?: number | undefined
+  /** Only rollouts whose final reward is at least / at most this (rollouts without one are left out). */
+  readonly minReward?: number | undefined
+  readonly maxReward?: number | undefined
 }
 
 /** Newest first. */
 export interface RolloutPage {
   readonly rollouts: ReadonlyArray<Rollout>
   readonly next: string | null
+}
+
+/** What a rollout's calls add up to, for a table row (no token arrays leave the store). */
+export interface RolloutSummary {
+  readonly rolloutId: string
+  readonly calls: number
+  readonly promptTokens: number
+  readonly outputTokens: number
+  /** The oldest and newest policy versions among its sampled tokens; null when it has none. */
+  readonly minVersion: number | null
+  readonly maxVersion: number | null
 }
 
 export interface RolloutDetail {
@@ -134,6 +150,8 @@ export interface StoreService {
   /** Every rollout whose latest attempt is `queued` or `running`, oldest first: one query (restart recovery). */
   readonly unfinished: Effect.Effect<ReadonlyArray<UnfinishedRollout>, StoreError>
   readonly rollouts: (query: RolloutQuery) => Effect.Effect<RolloutPage, StoreError>
+  /** The summaries of these rollouts (one query over their calls; rollouts without calls are absent). */
+  readonly rolloutSummaries: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<RolloutSummary>, StoreError>
   /** Status and error of every call that did not succeed (status ≠ 200), outside cancelled rollouts. */
   readonly failedCalls: Effect.Effect<ReadonlyArray<CallStatus>, StoreError>
   /** Idempotent per version. */

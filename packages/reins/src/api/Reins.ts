@@ -34,6 +34,7 @@ import path from "node:path"
 import { evaluate, type EvalResult } from "../run/evaluate.js"
 import type { RunConfig } from "../run/RunConfig.js"
 import { localStack, type LocalStack } from "../wiring/localStack.js"
+import { recordEvaluation, recordTrainerEvents } from "../wiring/runEvents.js"
 
 export interface ReinsOptions {
   /** Model, tasks, harness, concurrency, evaluation and folders (see `RunConfig`). */
@@ -124,6 +125,9 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
       publicUrl: options.publicUrl
     })
     const events = yield* PubSub.unbounded<TrainerEvent>()
+    // Subscribed before any run starts, so no update is missed; the dashboard reads them from the event log.
+    const recorded = yield* PubSub.subscribe(events)
+    yield* Effect.forkScoped(recordTrainerEvents(stack.store, Stream.fromQueue(recorded)))
     const status = yield* Ref.make(idleStatus((yield* stack.ports.generation.info).version))
     yield* Layer.build(trainerActorLayer(status, events))
     const tasks = yield* Ref.make<TaskSource | null>(null)
@@ -143,7 +147,11 @@ const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope
       evaluate: (passThreshold = 1, split = "test") =>
         Effect.flatMap(tasksOf(split), (items) =>
           evaluate(stack.controller, { tasks: items, harness: run.harness, samples: run.eval.samples, greedyEnv: run.eval.greedy_env, passThreshold }).pipe(
-            Effect.mapError(trainerError("evaluate"))
+            Effect.mapError(trainerError("evaluate")),
+            Effect.tap((result) =>
+              Effect.flatMap(generation.info, (info) => recordEvaluation(stack.store, split, info.version, result)).pipe(
+                Effect.catchAll((e) => Effect.logWarning(`could not record an evaluation for the dashboard: ${String(e)}`))
+              ))
           )),
       version: Effect.map(generation.info, (i) => i.version),
       pause: gateway.pause,

@@ -144,6 +144,7 @@ export const runServe = (args: ServeArgs) =>
         yield* Console.log(
           `reins serve: data in ${dataDir}; admin token ${process.env.REINS_ADMIN_TOKEN ? "from REINS_ADMIN_TOKEN" : `in ${path.join(dataDir, "admin-token")}`}`
         )
+        yield* Console.log(`reins serve: dashboard at ${address}/ui (log in with the admin token)`)
         return yield* Effect.never
       })
     )

@@ -55,7 +55,12 @@ export interface LocalStack {
 const gatewayLayer = (options: LocalStackOptions) =>
   Layer.merge(Gateway.serve(options.http ?? { host: "127.0.0.1", port: 0 }), Gateway.actorLayer).pipe(
     // Updates take seconds here, not minutes: a call held an hour means something is stuck.
-    Layer.provideMerge(Gateway.layer({ dataDir: options.dataDir, maxHold: Duration.hours(1) })),
+    Layer.provideMerge(Gateway.layer({
+      dataDir: options.dataDir,
+      maxHold: Duration.hours(1),
+      // The local launcher's attempt logs (see below), for the dashboard.
+      ...((options.localLauncher ?? true) ? { attemptLogDir: path.join(options.dataDir, "rollout") } : {})
+    })),
     Layer.provide(policyBackend(options.parsers))
   )
 

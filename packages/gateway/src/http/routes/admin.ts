@@ -11,12 +11,15 @@ import { readJson } from "../body.js"
 import { type ApiError, badRequest, conflict, internal, notFound, unknownParameter } from "../errors.js"
 import { SSE_HEADERS } from "../sse.js"
 import type { AppEnv } from "./env.js"
-import { attemptJson, callJson, callJsonSafe, eventJson, rewardJson, rolloutJson } from "./json.js"
+import { attemptJson, callJson, callJsonSafe, eventJson, rewardJson, rolloutJson, rolloutRowJson } from "./json.js"
+import { parseRolloutQuery } from "./rolloutQuery.js"
 
 type Headers = Readonly<Record<string, string | undefined>>
 
-const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers), effect))
+/** The admin token; a dashboard session may read (GET) and, where a route says `control`, pause and resume. */
+const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>, control = false) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    Effect.zipRight(env.checkAdmin(request.headers, control ? "control" : request.method === "GET" ? "read" : "none"), effect))
 
 /** Decodes a JSON body against a struct, naming unknown or invalid fields. */
 const body = <A, I>(env: AppEnv, schema: Schema.Schema<A, I> & { readonly fields: Schema.Struct.Fields }, allowEmpty = false) =>
@@ -77,20 +80,11 @@ export const listRollouts = (env: AppEnv) =>
     env,
     Effect.gen(function* () {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const q = new URL(request.url, "http://x").searchParams
-      const state = q.get("state") ?? undefined
-      if (state !== undefined && !Schema.is(AttemptState)(state)) {
-        return yield* Effect.fail(badRequest(`Invalid 'state' ${JSON.stringify(state)}: one of queued, running, succeeded, failed, cancelled.`, "state"))
-      }
-      const limitText = q.get("limit")
-      const limit = limitText === null ? undefined : Number(limitText)
-      if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1 && limit <= 500)) {
-        return yield* Effect.fail(badRequest("'limit' must be an integer from 1 to 500.", "limit"))
-      }
-      const page = yield* env.store
-        .rollouts({ state, group: q.get("group") ?? undefined, limit, cursor: q.get("cursor") ?? undefined })
-        .pipe(Effect.mapError(storeFailure))
-      return HttpServerResponse.unsafeJson({ object: "list", data: page.rollouts.map(rolloutJson), next_cursor: page.next })
+      const query = yield* parseRolloutQuery(new URL(request.url, "http://x").searchParams)
+      const page = yield* env.store.rollouts(query).pipe(Effect.mapError(storeFailure))
+      const summaries = yield* env.store.rolloutSummaries(page.rollouts.map((r) => r.id)).pipe(Effect.mapError(storeFailure))
+      const byId = new Map(summaries.map((s) => [s.rolloutId, s]))
+      return HttpServerResponse.unsafeJson({ object: "list", data: page.rollouts.map((r) => rolloutRowJson(r, byId.get(r.id))), next_cursor: page.next })
     })
   )
 
@@ -165,11 +159,12 @@ export const pause = (env: AppEnv) =>
       const b = yield* body(env, Schema.Struct({ mode: Schema.optional(PauseMode) }), true)
       const s = yield* env.gate.pause(b.mode ?? "drain").pipe(Effect.mapError(gatewayFailure))
       return HttpServerResponse.unsafeJson(stateJson(s))
-    })
+    }),
+    true
   )
 
 export const resume = (env: AppEnv) =>
-  admin(env, Effect.map(Effect.mapError(env.gate.resume, gatewayFailure), (s) => HttpServerResponse.unsafeJson(stateJson(s))))
+  admin(env, Effect.map(Effect.mapError(env.gate.resume, gatewayFailure), (s) => HttpServerResponse.unsafeJson(stateJson(s))), true)
 
 export const state = (env: AppEnv) => admin(env, Effect.map(env.gate.state, (s) => HttpServerResponse.unsafeJson(stateJson(s))))
 

@@ -1,5 +1,6 @@
 /** Store entities as the admin API returns them (snake_case, token arrays as JSON arrays). */
 import type { Attempt, LlmCall, Reward, Rollout, StoreEvent } from "@reins/protocol"
+import type { RolloutSummary } from "../../store/Store.js"
 
 export const rolloutJson = (r: Rollout) => ({
   id: r.id,
@@ -10,6 +11,19 @@ export const rolloutJson = (r: Rollout) => ({
   reward: r.reward,
   created_at: r.createdAt,
   updated_at: r.updatedAt
+})
+
+const ENDED = new Set(["succeeded", "failed", "cancelled"])
+
+/** A rollout as a list row: the rollout plus what its calls add up to (zeros when it made none). */
+export const rolloutRowJson = (r: Rollout, s: RolloutSummary | undefined) => ({
+  ...rolloutJson(r),
+  calls: s?.calls ?? 0,
+  prompt_tokens: s?.promptTokens ?? 0,
+  output_tokens: s?.outputTokens ?? 0,
+  versions: { min: s?.minVersion ?? null, max: s?.maxVersion ?? null },
+  /** Creation to the last change, for an ended rollout; null while it runs. */
+  duration_ms: ENDED.has(r.state) ? r.updatedAt - r.createdAt : null
 })
 
 export const attemptJson = (a: Attempt) => ({

@@ -37,8 +37,17 @@ import { makeAttemptCache } from "./attemptCache.js"
 import { startCheckpointer } from "./checkpointer.js"
 import { makeGroupCommit } from "./groupCommit.js"
 import { migrations } from "./migrations.js"
+import { registerVersionFunctions, rolloutPage, rolloutSummaries } from "./rolloutQueries.js"
 import { json, parseJson, type Row, toAttempt, toCall, toEvent, toModelVersion, toReward, toRollout } from "./rows.js"
 import { EVENT_PAGE, prepareStatements, row, rows } from "./statements.js"
+
+const versionRange = (versions: Int32Array): { readonly minVersion: number | null; readonly maxVersion: number | null } => {
+  if (versions.length === 0) return { minVersion: null, maxVersion: null }
+  let min = versions[0]!
+  let max = min
+  for (const v of versions) (min = v < min ? v : min), (max = v > max ? v : max)
+  return { minVersion: min, maxVersion: max }
+}
 
 const nullable = <A>(u: A | undefined): A | null => (u === undefined ? null : u)
 
@@ -142,7 +151,9 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       status: call.status,
       finishReason: call.finishReason,
       promptTokens: call.promptIds.length,
-      outputTokens: call.outputIds.length
+      outputTokens: call.outputIds.length,
+      // The policy versions that sampled it: what the dashboard's staleness chart needs, without reading the call.
+      ...versionRange(call.versions)
     })
     return new LlmCall({
       id,
@@ -264,19 +275,9 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
 
     unfinished: read(() => rows(st.unfinished).map((r) => ({ attempt: toAttempt(r), task: parseJson(r.task), group: r.grp }))),
 
-    rollouts: (query) =>
-      read(() => {
-        const limit = Math.min(500, Math.max(1, Math.floor(query.limit ?? 50)))
-        const where: Array<string> = []
-        const params: Array<unknown> = []
-        if (query.state) (where.push("state = ?"), params.push(query.state))
-        if (query.group !== undefined) (where.push("grp = ?"), params.push(query.group))
-        if (query.cursor) (where.push("id < ?"), params.push(query.cursor))
-        const sql = `SELECT * FROM rollouts ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY id DESC LIMIT ?`
-        const found = rows(db.prepare(sql), ...params, limit + 1)
-        const page = found.slice(0, limit).map(toRollout)
-        return { rollouts: page, next: found.length > limit ? page[page.length - 1]!.id : null }
-      }),
+    rollouts: (query) => read(() => rolloutPage(db, query)),
+
+    rolloutSummaries: (ids) => read(() => rolloutSummaries(db, ids)),
 
     failedCalls: read(() => rows(st.failedCalls).map((r): CallStatus => ({ status: r.status, error: r.error }))),
 
@@ -334,6 +335,7 @@ export const make = (filename: string): Effect.Effect<StoreService, StoreError, 
           db.pragma("busy_timeout = 5000")
           // Checkpoints run in a worker thread (see checkpointer.mjs), off the response path.
           db.pragma("wal_autocheckpoint = 0")
+          registerVersionFunctions(db)
           return db
         },
         catch: (e) => new StoreError({ message: `cannot open the store ${filename}: ${String(e)}` })

@@ -15,6 +15,8 @@ declare module "better-sqlite3" {
       prepare(sql: string): Statement
       exec(sql: string): Database
       pragma(source: string, options?: { readonly simple?: boolean }): unknown
+      /** A user-defined SQL function (`deterministic` lets SQLite use it in indexes and fold repeated calls). */
+      function(name: string, options: { readonly deterministic?: boolean }, fn: (...args: Array<any>) => unknown): Database
       transaction<F extends (...args: Array<any>) => any>(fn: F): F
       close(): Database
       readonly open: boolean

@@ -1,0 +1,101 @@
+/**
+ * The narrower admin reads the dashboard and `reins rollouts` need beyond admin.ts: a rollout's
+ * token view (segments with every token's role, text, logprob and version) and the published
+ * model versions. Admin token (or dashboard session) required, like every `/api` route.
+ */
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect } from "effect"
+import { readAttemptLogs } from "../../dashboard/attemptLogs.js"
+import { rolloutSegments, type ViewSegment } from "../../dashboard/tokenView.js"
+import { type TokenText, tokenTextOf } from "../../dashboard/tokenText.js"
+import { type ApiError, internal, notFound } from "../errors.js"
+import type { AppEnv } from "./env.js"
+
+/** Read-only routes: the admin token or a dashboard session. */
+const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers), effect))
+
+const storeFailure = (e: { readonly _tag: string; readonly message: string }): ApiError =>
+  e._tag === "NotFound" ? notFound(e.message) : internal(`the store failed: ${e.message}`)
+
+const segmentJson = (s: ViewSegment, text: TokenText | null) => ({
+  attempt_id: s.attemptId,
+  index: s.index,
+  start: s.start,
+  tokens: s.tokenIds.length,
+  action_tokens: s.roles.filter((r) => r === "action").length,
+  token_ids: s.tokenIds,
+  text: text === null ? null : s.tokenIds.map(text),
+  roles: s.roles,
+  logprobs: s.logprobs,
+  versions: s.versions,
+  calls: s.calls.map((c) => ({
+    call_id: c.callId,
+    seq: c.seq,
+    start: c.start,
+    end: c.end,
+    reused_tokens: c.reusedTokens,
+    reused_from: c.reusedFrom,
+    finish_reason: c.finishReason
+  })),
+  // The Trainer computes these when it trains a batch and does not record them per token.
+  advantage: null,
+  loss_weight: null
+})
+
+/** `GET /api/rollouts/:id/tokens`: the token view of a rollout. */
+export const rolloutTokens = (env: AppEnv) => {
+  const text = tokenTextOf(env.backend)
+  return admin(
+    env,
+    Effect.gen(function* () {
+      const id = (yield* HttpRouter.params)["id"] ?? ""
+      const d = yield* env.store.rolloutTrace(id).pipe(Effect.mapError(storeFailure))
+      const segments = rolloutSegments(d.attempts, d.calls)
+      return HttpServerResponse.unsafeJson({
+        object: "rollout.tokens",
+        rollout_id: d.rollout.id,
+        has_text: text !== null,
+        segments: segments.map((s) => segmentJson(s, text))
+      })
+    })
+  )
+}
+
+/** `GET /api/versions`: every model version the Gateway has served, oldest first. */
+export const versions = (env: AppEnv) =>
+  admin(
+    env,
+    Effect.map(Effect.mapError(env.store.modelVersions, storeFailure), (vs) =>
+      HttpServerResponse.unsafeJson({
+        object: "list",
+        data: vs.map((v) => ({ version: v.version, model: v.modelId, info: v.info, created_at: v.createdAt }))
+      }))
+  )
+
+/** `GET /api/cluster`: nodes (roles, address, up/down, since) and launchers (running and free slots). */
+export const cluster = (env: AppEnv) => admin(env, Effect.map(env.cluster, (c) => HttpServerResponse.unsafeJson(c)))
+
+/**
+ * `GET /api/attempts/:id/logs`: the tails of the attempt's captured logs, when this node's
+ * launcher ran it (`available: false` says why there are none to show).
+ */
+export const attemptLogs = (env: AppEnv) =>
+  admin(
+    env,
+    Effect.gen(function* () {
+      const id = (yield* HttpRouter.params)["id"] ?? ""
+      const attempt = yield* env.store.attempt(id).pipe(Effect.mapError(storeFailure))
+      const dir = env.config.attemptLogDir
+      const logs = dir === undefined
+        ? []
+        : yield* Effect.try({ try: () => readAttemptLogs(dir, attempt.id), catch: (e) => internal(`reading the attempt's logs failed: ${String(e)}`) })
+      return HttpServerResponse.unsafeJson({
+        object: "attempt.logs",
+        attempt_id: attempt.id,
+        available: logs.length > 0,
+        reason: logs.length > 0 ? null : dir === undefined ? "this Gateway runs without a local launcher" : "no logs on this node (another node's launcher ran it, or it never started)",
+        logs
+      })
+    })
+  )

@@ -1,0 +1,51 @@
+// The token view: every token of every segment, coloured by role (prompt, observation, trained
+// action), actions shaded by how likely the policy found them (green sure → red surprised), each
+// with its id, logprob and policy version on hover; segment boundaries with their break reason.
+import { html } from "../lib.js"
+
+const heat = (logprob) => {
+  const p = Math.exp(logprob)
+  return `hsl(${Math.round(120 * p)} 70% 80%)`
+}
+
+const Token = ({ s, i }) => {
+  const role = s.roles[i]
+  const text = s.text === null ? `⟨${s.token_ids[i]}⟩` : s.text[i]
+  const lp = s.logprobs[i]
+  const v = s.versions[i]
+  const title = `#${i} id ${s.token_ids[i]} · ${role}${lp === null ? "" : ` · logprob ${lp.toFixed(3)}`}${v === null ? "" : ` · version ${v}`}`
+  return html`<span class=${`tok ${role}`} data-role=${role} data-version=${v ?? ""} style=${role === "action" ? `background:${heat(lp)}` : ""} title=${title}>${text}</span>`
+}
+
+const versions = (s) => {
+  const vs = s.versions.filter((v) => v !== null)
+  if (vs.length === 0) return "–"
+  const lo = Math.min(...vs)
+  const hi = Math.max(...vs)
+  return lo === hi ? String(lo) : `${lo}–${hi}`
+}
+
+const Segment = ({ s }) => html`<section class="segment" data-index=${s.index} data-start=${s.start} data-tokens=${s.tokens}>
+  <header>
+    <strong>Segment ${s.index}</strong> · attempt <span class="mono">${s.attempt_id}</span> ·
+    starts: <span class=${`break ${s.start}`}>${s.start}</span> · ${s.tokens} tokens, ${s.action_tokens} trained · versions ${versions(s)}
+  </header>
+  <ul class="spans">
+    ${s.calls.map(
+      (c) => html`<li>call #${c.seq}: response tokens ${c.start}–${c.end} (${c.finish_reason ?? "?"})${c.reused_tokens > 0 ? html`, reused ${c.reused_tokens} prompt tokens of <span class="mono">${c.reused_from}</span>` : ""}</li>`
+    )}
+  </ul>
+  <p class="weights">Advantage ${s.advantage ?? "–"} · loss weight ${s.loss_weight ?? "–"}${s.advantage === null ? " (not recorded: the Trainer computes them per batch)" : ""}</p>
+  <div class="tokens">${s.token_ids.map((_, i) => html`<${Token} s=${s} i=${i} />`)}</div>
+</section>`
+
+export const TokenView = ({ view }) => html`<div class="token-view" data-segments=${view.segments.length}>
+  <p class="legend">
+    <span class="tok prompt">prompt</span> <span class="tok observation">observation</span>
+    <span class="tok action" style=${`background:${heat(-0.05)}`}>action, likely</span>
+    <span class="tok action" style=${`background:${heat(-1)}`}>action, logprob −1</span>
+    <span class="tok action" style=${`background:${heat(-4)}`}>action, surprising</span>
+    ${view.has_text ? "" : " · this Gateway has no tokenizer (upstream backend): ids only"}
+  </p>
+  ${view.segments.length === 0 ? html`<p class="empty">No trainable calls, so no segments.</p>` : view.segments.map((s) => html`<${Segment} s=${s} key=${s.index} />`)}
+</div>`
