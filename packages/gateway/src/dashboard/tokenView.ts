@@ -1,15 +1,16 @@
 /**
  * A rollout's token view: its attempts' trainable calls joined into segments the way the Trainer
- * joins them (`chain` mode of @reins/trainer's samples/segments.ts, which the Gateway cannot
- * import): a call extends a segment when its prompt ids start with the segment's ids so far,
- * otherwise it starts a new one, whose break reason is the Gateway's reuse record. Every token
+ * joins them (`chain` mode of @reins/trainer's samples/segments.ts, through the same rule,
+ * @reins/protocol's Chain.ts): a call extends a segment when its prompt ids start with the
+ * segment's ids so far, otherwise it starts a new one, whose break reason is the Gateway's reuse
+ * record. Every token
  * of a segment gets a role — `prompt` (before the first response), `observation` (added between
  * responses) or `action` (sampled, trained) — and actions their logprob and policy version.
  *
  * The Trainer's own rows may still differ where its settings cut them (context-limit drops):
  * this shows what was recorded, not what one training step consumed.
  */
-import type { LlmCall } from "@reins/protocol"
+import { breakReason, extendsCall, type LlmCall } from "@reins/protocol"
 
 export type TokenRole = "prompt" | "observation" | "action"
 
@@ -44,18 +45,6 @@ interface Open {
   tail: LlmCall
 }
 
-const extendsTail = (prompt: Int32Array, tail: LlmCall): boolean => {
-  const head = tail.promptIds
-  const out = tail.outputIds
-  if (prompt.length < head.length + out.length) return false
-  for (let i = 0; i < head.length; i++) if (prompt[i] !== head[i]) return false
-  for (let i = 0; i < out.length; i++) if (prompt[head.length + i] !== out[i]) return false
-  return true
-}
-
-const startOf = (call: LlmCall, first: boolean): string =>
-  first ? "first" : call.reuse.break ?? (call.reuse.fromCallId !== null ? "branched" : "history-edited")
-
 /** The segments of one attempt, from its calls in `seq` order (untrainable ones are left out, as the Trainer leaves them). */
 export const attemptSegments = (attemptId: string, calls: ReadonlyArray<LlmCall>, firstIndex: number): ReadonlyArray<ViewSegment> => {
   const open: Array<Open> = []
@@ -64,9 +53,9 @@ export const attemptSegments = (attemptId: string, calls: ReadonlyArray<LlmCall>
     if (!call.trainable || call.status !== 200) continue
     const hinted = call.reuse.fromCallId === null ? undefined : byTail.get(call.reuse.fromCallId)
     const latest = open[open.length - 1]
-    let segment = hinted !== undefined && extendsTail(call.promptIds, hinted.tail) ? hinted : latest !== undefined && extendsTail(call.promptIds, latest.tail) ? latest : undefined
+    let segment = hinted !== undefined && extendsCall(call.promptIds, hinted.tail) ? hinted : latest !== undefined && extendsCall(call.promptIds, latest.tail) ? latest : undefined
     if (segment === undefined) {
-      segment = { start: startOf(call, open.length === 0), calls: [], tail: call }
+      segment = { start: open.length === 0 ? "first" : breakReason(call), calls: [], tail: call }
       open.push(segment)
     }
     byTail.delete(segment.tail.id)

@@ -15,7 +15,7 @@
  * trained. Left-truncating a prompt instead would train tokens on a context they were not
  * sampled with.
  */
-import type { LlmCall, SegmentMode, SegmentStart } from "@reins/protocol"
+import { breakReason, extendsCall, type LlmCall, type SegmentMode, type SegmentStart } from "@reins/protocol"
 import type { DropTally } from "../drops.js"
 
 /** The response tokens of one call inside a segment: `tokens[start, end)`. */
@@ -72,24 +72,6 @@ interface Open {
   tail: LlmCall
 }
 
-const extendsTail = (prompt: Int32Array, tail: LlmCall): boolean => {
-  const head = tail.promptIds
-  const out = tail.outputIds
-  if (prompt.length < head.length + out.length) return false
-  for (let i = 0; i < head.length; i++) if (prompt[i] !== head[i]) return false
-  for (let i = 0; i < out.length; i++) if (prompt[head.length + i] !== out[i]) return false
-  return true
-}
-
-/**
- * Why `call` could not extend any open segment. The Gateway classified the break when it had to
- * re-tokenize; when it did reuse an earlier call's ids yet no segment ends there, the call
- * branched from inside a chain (a retry of the same prompt, a fork); with no record at all the
- * history is taken as edited.
- */
-const breakReason = (call: LlmCall): SegmentStart =>
-  call.reuse.break ?? (call.reuse.fromCallId !== null ? "branched" : "history-edited")
-
 /** Builds the segments of one attempt from its trainable calls, in `seq` order. */
 export const buildSegments = (
   calls: ReadonlyArray<LlmCall>,
@@ -104,9 +86,9 @@ export const buildSegments = (
   const target = (call: LlmCall): Open | undefined => {
     if (options.mode === "per-call") return undefined
     const hinted = call.reuse.fromCallId === null ? undefined : byTail.get(call.reuse.fromCallId)
-    if (hinted !== undefined && extendsTail(call.promptIds, hinted.tail)) return hinted
+    if (hinted !== undefined && extendsCall(call.promptIds, hinted.tail)) return hinted
     const latest = open[open.length - 1]
-    return latest !== undefined && latest !== hinted && extendsTail(call.promptIds, latest.tail) ? latest : undefined
+    return latest !== undefined && latest !== hinted && extendsCall(call.promptIds, latest.tail) ? latest : undefined
   }
 
   for (const call of calls) {
