@@ -82,5 +82,29 @@ describe("end to end through a Messages-speaking harness", () => {
         }
       }
       expect(finished.some((r) => r.rollout.reward === 1)).toBe(true)
+
+      // What each update trained, as the Trainer recorded it per call: GRPO advantages with std
+      // scaling over each group's rewards, and rollout-normalized weights (every trained rollout
+      // weighs 1/N of its update, N the rollouts it trained; the update's weights sum to 1).
+      const trained = (yield* Effect.forEach(rollouts, (r) => reins.stack.store.trainedCalls(r.rollout.id))).flat()
+      expect(new Set(trained.map((t) => t.version))).toEqual(new Set([base + 1, base + 2]))
+      const callsById = new Map(rollouts.flatMap((r) => r.calls.map((c) => [c.id, c] as const)))
+      for (const t of trained) {
+        expect(t.tokens).toBeGreaterThan(0)
+        expect(t.tokens).toBeLessThanOrEqual(callsById.get(t.callId)!.outputIds.length)
+      }
+      for (const version of [base + 1, base + 2]) {
+        const rows = trained.filter((t) => t.version === version)
+        const byRollout = new Map<string, Array<(typeof rows)[number]>>()
+        for (const t of rows) byRollout.set(t.rolloutId, [...(byRollout.get(t.rolloutId) ?? []), t])
+        for (const [rolloutId, own] of byRollout) {
+          expect(own.reduce((sum, t) => sum + t.weight * t.tokens, 0)).toBeCloseTo(1 / byRollout.size, 5)
+          const rollout = rollouts.find((r) => r.rollout.id === rolloutId)!.rollout
+          const group = rollouts.map((r) => r.rollout).filter((r) => r.group === rollout.group && r.reward !== null).map((r) => r.reward!)
+          const mean = group.reduce((a, b) => a + b, 0) / group.length
+          const std = Math.sqrt(group.reduce((a, b) => a + (b - mean) ** 2, 0) / (group.length - 1))
+          for (const t of own) expect(t.advantage).toBeCloseTo((rollout.reward! - mean) / (std + 1e-6), 4)
+        }
+      }
     }), 300_000)
 })

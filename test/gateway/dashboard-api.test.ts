@@ -11,7 +11,7 @@ import path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { killReinsChildren, runReins } from "../reinsCli.js"
 import { startFakeUpstream } from "./fakeUpstream.js"
-import { type SmallRun, publishVersion, recordSmallRun } from "./dashboardRun.js"
+import { type SmallRun, publishVersion, recordSmallRun, TRAINED } from "./dashboardRun.js"
 import { ADMIN, type Running, startGateway, tempDir } from "./harness.js"
 import { tinyPolicy, type TinyPolicy } from "./policy.js"
 
@@ -128,6 +128,15 @@ describe("token view", () => {
     expect(a.versions.filter((x: any) => x !== null)).toEqual([...calls[0].versions, ...calls[1].versions])
     expect(b.roles.filter((r: string) => r === "action")).toHaveLength(calls[2].output_token_ids.length)
     expect(a.text.join("")).toBe(policy.tokenizer.decode(a.token_ids.slice(0, p0)) + a.text.slice(p0).join(""))
+    // What the update recorded: call 1 trained whole, call 2 in its first tokens, call 3 not at all.
+    const trained = { version: TRAINED.version, advantage: TRAINED.advantage, loss_weight: TRAINED.weight }
+    expect(a.calls.map((c: any) => c.trained)).toEqual([{ ...trained, tokens: o0 }, { ...trained, tokens: TRAINED.secondTokens }])
+    expect(b.calls[0].trained).toBeNull()
+    const mark = (v: number) => [...Array(p0).fill(null), ...Array(o0).fill(v), ...Array(p1 - p0 - o0).fill(null), ...Array(TRAINED.secondTokens).fill(v), ...Array(o1 - TRAINED.secondTokens).fill(null)]
+    expect(a.advantages).toEqual(mark(TRAINED.advantage))
+    expect(a.loss_weights).toEqual(mark(TRAINED.weight))
+    expect(b.advantages.every((x: unknown) => x === null)).toBe(true)
+    expect(b.loss_weights.every((x: unknown) => x === null)).toBe(true)
   })
 
   it("answers 404 for an unknown rollout", async () => {
@@ -155,6 +164,9 @@ describe("reins rollouts and reins ui", () => {
     expect(shown.stdout).toContain(`rollout ${run.split}  succeeded`)
     expect(shown.stdout).toMatch(/segment 0 .*start: first/)
     expect(shown.stdout).toMatch(/segment 1 .*start: history-edited/)
+    expect(shown.stdout).toContain(`call #1, tokens`)
+    expect(shown.stdout).toMatch(/call #2, tokens \d+-\d+: trained into version 1, advantage 0\.750, loss weight 0\.063 on 2 tokens/)
+    expect(shown.stdout).toMatch(/call #3, tokens \d+-\d+: not trained/)
     expect(shown.stdout).toContain("\u001b[36m")
     expect(shown.stdout).toMatch(/\u001b\[4[123];/)
     expect(ui.code, ui.stderr).toBe(0)

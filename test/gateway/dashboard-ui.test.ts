@@ -14,7 +14,7 @@ import { VersionMetrics } from "@reins/protocol"
 import { Effect, Layer, Schema } from "effect"
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { publishVersion, recordSmallRun, type SmallRun, trainerMetrics } from "./dashboardRun.js"
+import { publishVersion, recordSmallRun, type SmallRun, TRAINED, trainerMetrics } from "./dashboardRun.js"
 import { ADMIN, type Running, startGateway, tempDir } from "./harness.js"
 import { tinyPolicy, type TinyPolicy } from "./policy.js"
 
@@ -212,7 +212,13 @@ describe("pages", () => {
       expect(await tokens.count()).toBe(s.tokens)
       expect(await tokens.evaluateAll((ts) => ts.map((t) => t.getAttribute("data-role")))).toEqual(s.roles)
       expect(await tokens.evaluateAll((ts) => ts.map((t) => t.getAttribute("data-version")))).toEqual(s.versions.map((v: number | null) => (v === null ? "" : String(v))))
+      // The advantage and loss weight each trained token received (none on untrained ones).
+      expect(await tokens.evaluateAll((ts) => ts.map((t) => t.getAttribute("data-advantage")))).toEqual(s.advantages.map((v: number | null) => (v === null ? "" : String(v))))
+      expect(await tokens.evaluateAll((ts) => ts.map((t) => t.getAttribute("data-weight")))).toEqual(s.loss_weights.map((v: number | null) => (v === null ? "" : String(v))))
     }
+    expect(await page.locator('.segment[data-index="0"] .spans li').evaluateAll((ls) => ls.map((l) => l.getAttribute("data-trained")))).toEqual([String(TRAINED.version), String(TRAINED.version)])
+    await expect(page.locator('.segment[data-index="0"] .spans li').first().textContent()).resolves.toContain(`trained into version ${TRAINED.version}: advantage 0.750, loss weight 0.063`)
+    await expect(page.locator('.segment[data-index="1"] .spans li').first().textContent()).resolves.toContain("not trained")
     // The recorded tokens: 3 calls, the first two chained, the third after a history edit.
     const calls = (await gw.admin(`/api/rollouts/${run.split}`)).json.calls
     expect(view.segments[0].tokens).toBe(calls[1].prompt_token_ids.length + calls[1].output_token_ids.length)

@@ -4,7 +4,7 @@
  * edits the history), one Responses and one Messages rollout, and rollouts without calls in two
  * groups with states and rewards, for the table's filters and pages.
  */
-import { DeviceBusy, DropCount, DropReason, PauseStats, RewardStats, SegmentStart, StalenessStats, UsedStats, VersionMetrics } from "@reins/protocol"
+import { DeviceBusy, DropCount, DropReason, PauseStats, RewardStats, SegmentStart, StalenessStats, TrainedCall, UsedStats, VersionMetrics } from "@reins/protocol"
 import { Effect } from "effect"
 import type { Running } from "./harness.js"
 import type { TinyPolicy } from "./policy.js"
@@ -31,6 +31,21 @@ const finish = async (gw: Running, attemptId: string, reward: number | null, sta
   if (r.status !== 200) throw new Error(`finishing ${attemptId}: ${r.status} ${JSON.stringify(r.json)}`)
 }
 
+/**
+ * What an update into version 1 would record of the split rollout: its first call fully trained,
+ * its second only in its first 2 response tokens (a response cut at the context limit), the
+ * third not at all. The real Trainer's records are checked end to end in test/e2e.
+ */
+export const TRAINED = { version: 1, advantage: 0.75, weight: 0.0625, secondTokens: 2 } as const
+
+const trainFirstCalls = async (gw: Running, rolloutId: string) => {
+  const detail = await Effect.runPromise(gw.store.rollout(rolloutId))
+  const [first, second] = detail.calls
+  const row = (call: typeof first, tokens: number) =>
+    new TrainedCall({ callId: call!.id, rolloutId, version: TRAINED.version, advantage: TRAINED.advantage, weight: TRAINED.weight, tokens })
+  await Effect.runPromise(gw.store.recordTrained([row(first, first!.outputIds.length), row(second, TRAINED.secondTokens)]))
+}
+
 export const recordSmallRun = async (gw: Running, policy: TinyPolicy): Promise<SmallRun> => {
   const made: Array<string> = []
   const create = async (task: unknown, group: string) => {
@@ -51,6 +66,7 @@ export const recordSmallRun = async (gw: Running, policy: TinyPolicy): Promise<S
   // The harness edits an earlier user message: the prompt no longer extends the chain.
   await chat([base[0], { role: "user", content: "What is two plus two?" }, ...history.slice(2)])
   await finish(gw, split.attemptId, 1)
+  await trainFirstCalls(gw, split.rolloutId)
 
   const responses = await create({ question: "weather" }, "g-chat")
   await post(`${gw.url}/v1/responses`, { authorization: `Bearer ${responses.key}` }, { model, input: [{ role: "user", content: "Weather in Paris?" }], max_output_tokens: 6 })

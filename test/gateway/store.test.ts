@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { SqliteStore, Store } from "@reins/gateway"
 import { SqliteClient } from "@effect/sql-sqlite-node"
+import { TrainedCall } from "@reins/protocol"
 import { Chunk, Effect, Either, Fiber, Option, Stream } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
@@ -48,8 +49,9 @@ describe("SqliteStore", () => {
       // A database from before the migration: no protocol column, the migration not applied.
       const applied = yield* Effect.flatMap(SqliteClient.SqliteClient, (sql) =>
         Effect.gen(function* () {
+          yield* sql`DROP TABLE trained_calls`
           yield* sql`ALTER TABLE calls DROP COLUMN protocol`
-          yield* sql`DELETE FROM reins_migrations WHERE name = 'calls_protocol'`
+          yield* sql`DELETE FROM reins_migrations WHERE migration_id >= 3`
           return yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM reins_migrations`
         })
       ).pipe(Effect.provide(SqliteClient.layer({ filename: file })))
@@ -59,6 +61,26 @@ describe("SqliteStore", () => {
         ["chat.completions", "openai", 2],
         ["messages", "openai", 2]
       ])
+    }))
+
+  it.live("records what each update trained of each call, per version, and refuses an unknown call", () =>
+    Effect.gen(function* () {
+      const file = tempDb()
+      const { rollout, attempt } = yield* withStore(file, (s) => s.createRollout({ task: null, start: true }))
+      const [one, two] = yield* withStore(file, (s) => Effect.all([s.recordCall(call(attempt.id, 1)), s.recordCall(call(attempt.id, 2))]))
+      const row = (callId: string, version: number, advantage: number, tokens: number) =>
+        new TrainedCall({ callId, rolloutId: rollout.id, version, advantage, weight: 0.25, tokens })
+      yield* withStore(file, (s) => s.recordTrained([row(two!.id, 3, -0.5, 1), row(one!.id, 3, -0.5, 2)]))
+      // Recorded again into the same version (a retried update): replaced, not doubled.
+      yield* withStore(file, (s) => s.recordTrained([row(one!.id, 3, 0.5, 2), row(one!.id, 4, 1.5, 2)]))
+      const trained = yield* withStore(file, (s) => s.trainedCalls(rollout.id))
+      // By version, then call id.
+      const v3 = [[3, one!.id, 0.5, 0.25, 2], [3, two!.id, -0.5, 0.25, 1]].sort((a, b) => (a[1]! < b[1]! ? -1 : 1))
+      expect(trained.map((t) => [t.version, t.callId, t.advantage, t.weight, t.tokens])).toEqual([...v3, [4, one!.id, 1.5, 0.25, 2]])
+      const refused = yield* withStore(file, (s) => Effect.either(s.recordTrained([row("ca_unknown", 5, 0, 1), row(one!.id, 5, 0, 1)])))
+      expect(Either.isLeft(refused) && refused.left._tag).toBe("StoreError")
+      // One transaction: the known call of the refused batch was not recorded either.
+      expect((yield* withStore(file, (s) => s.trainedCalls(rollout.id))).map((t) => t.version)).toEqual([3, 3, 4])
     }))
 
   it.live("issues attempt keys that are stored hashed and resolve to their attempt", () =>

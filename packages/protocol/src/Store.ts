@@ -143,6 +143,23 @@ export class Reward extends Schema.Class<Reward>("Reward")({
   createdAt: Schema.Number
 }) {}
 
+/**
+ * What one update did with one call's sampled tokens: the first `tokens` of its response were
+ * trained with this advantage and this per-token loss weight (both are constant over a call's
+ * response: advantages are per rollout or per turn, weights per segment), into `version`.
+ */
+export class TrainedCall extends Schema.Class<TrainedCall>("TrainedCall")({
+  callId: Schema.String,
+  rolloutId: Schema.String,
+  /** The version the update produced. */
+  version: Schema.Int,
+  advantage: Schema.Number,
+  /** The weight of each of its tokens in the step's loss (a step's weights sum to 1). */
+  weight: Schema.Number,
+  /** Response tokens trained, from the first (fewer than sampled when cut at the context limit). */
+  tokens: Schema.Int
+}) {}
+
 export class ModelVersion extends Schema.Class<ModelVersion>("ModelVersion")({
   version: Schema.Int,
   modelId: Schema.String,

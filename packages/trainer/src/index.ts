@@ -12,6 +12,7 @@ export * from "./samples/trace.js"
 export * from "./samples/segments.js"
 /** One rollout → its segments, every unusable call counted. */
 export * from "./samples/adapter.js"
+export * from "./samples/trained.js"
 /** Per-turn returns. */
 export * from "./credit.js"
 /** Rollout-level advantages (GRPO, RLOO, std scaling, per-turn). */

@@ -19,7 +19,8 @@ import type {
   Reward,
   Rollout,
   StoreError,
-  StoreEvent
+  StoreEvent,
+  TrainedCall
 } from "@reins/protocol"
 import { Context, type Effect, type Option, type Stream } from "effect"
 
@@ -161,6 +162,10 @@ export interface StoreService {
     readonly info?: unknown
   }) => Effect.Effect<ModelVersion, StoreError>
   readonly modelVersions: Effect.Effect<ReadonlyArray<ModelVersion>, StoreError>
+  /** What an update trained of each call (one transaction; a call trained again into the same version is replaced). */
+  readonly recordTrained: (calls: ReadonlyArray<TrainedCall>) => Effect.Effect<void, StoreError>
+  /** What every update trained of a rollout's calls, by version then call. */
+  readonly trainedCalls: (rolloutId: string) => Effect.Effect<ReadonlyArray<TrainedCall>, StoreError>
   /** Appends an event that is not a side effect of another write (e.g. gateway pause/resume). */
   readonly recordEvent: (type: EventType, data: unknown) => Effect.Effect<StoreEvent, StoreError>
   /** Events with `seq > after`, first from the log, then live as they are recorded. Never ends by itself. */

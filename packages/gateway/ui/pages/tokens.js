@@ -1,6 +1,7 @@
 // The token view: every token of every segment, coloured by role (prompt, observation, trained
 // action), actions shaded by how likely the policy found them (green sure → red surprised), each
-// with its id, logprob and policy version on hover; segment boundaries with their break reason.
+// with its id, logprob, policy version and (once trained) advantage and loss weight on hover;
+// segment boundaries with their break reason; what each update trained of each call.
 import { html } from "../lib.js"
 
 const heat = (logprob) => {
@@ -13,9 +14,19 @@ const Token = ({ s, i }) => {
   const text = s.text === null ? `⟨${s.token_ids[i]}⟩` : s.text[i]
   const lp = s.logprobs[i]
   const v = s.versions[i]
-  const title = `#${i} id ${s.token_ids[i]} · ${role}${lp === null ? "" : ` · logprob ${lp.toFixed(3)}`}${v === null ? "" : ` · version ${v}`}`
-  return html`<span class=${`tok ${role}`} data-role=${role} data-version=${v ?? ""} style=${role === "action" ? `background:${heat(lp)}` : ""} title=${title}>${text}</span>`
+  const a = s.advantages[i]
+  const w = s.loss_weights[i]
+  const title = `#${i} id ${s.token_ids[i]} · ${role}${lp === null ? "" : ` · logprob ${lp.toFixed(3)}`}${v === null ? "" : ` · version ${v}`}` +
+    (a === null ? (role === "action" ? " · not trained" : "") : ` · advantage ${number(a)} · loss weight ${number(w)}`)
+  return html`<span class=${`tok ${role}`} data-role=${role} data-version=${v ?? ""} data-advantage=${a ?? ""} data-weight=${w ?? ""} style=${role === "action" ? `background:${heat(lp)}` : ""} title=${title}>${text}</span>`
 }
+
+const number = (x) => (Math.abs(x) >= 0.01 || x === 0 ? x.toFixed(3) : x.toExponential(2))
+
+const trainedText = (c) =>
+  c.trained === null
+    ? " · not trained"
+    : ` · trained into version ${c.trained.version}: advantage ${number(c.trained.advantage)}, loss weight ${number(c.trained.loss_weight)} on ${c.trained.tokens} tokens`
 
 const versions = (s) => {
   const vs = s.versions.filter((v) => v !== null)
@@ -32,10 +43,9 @@ const Segment = ({ s }) => html`<section class="segment" data-index=${s.index} d
   </header>
   <ul class="spans">
     ${s.calls.map(
-      (c) => html`<li>call #${c.seq}: response tokens ${c.start}–${c.end} (${c.finish_reason ?? "?"})${c.reused_tokens > 0 ? html`, reused ${c.reused_tokens} prompt tokens of <span class="mono">${c.reused_from}</span>` : ""}</li>`
+      (c) => html`<li data-trained=${c.trained === null ? "" : c.trained.version}>call #${c.seq}: response tokens ${c.start}–${c.end} (${c.finish_reason ?? "?"})${c.reused_tokens > 0 ? html`, reused ${c.reused_tokens} prompt tokens of <span class="mono">${c.reused_from}</span>` : ""}<span class="weights">${trainedText(c)}</span></li>`
     )}
   </ul>
-  <p class="weights">Advantage ${s.advantage ?? "–"} · loss weight ${s.loss_weight ?? "–"}${s.advantage === null ? " (not recorded: the Trainer computes them per batch)" : ""}</p>
   <div class="tokens">${s.token_ids.map((_, i) => html`<${Token} s=${s} i=${i} />`)}</div>
 </section>`
 

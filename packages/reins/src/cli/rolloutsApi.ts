@@ -101,7 +101,13 @@ export const TokenSegment = Schema.Struct({
   text: Schema.NullOr(Schema.Array(Schema.String)),
   roles: Schema.Array(Schema.Literal("prompt", "observation", "action")),
   logprobs: Schema.Array(Schema.NullOr(Schema.Number)),
-  versions: Schema.Array(Schema.NullOr(Schema.Number))
+  versions: Schema.Array(Schema.NullOr(Schema.Number)),
+  calls: Schema.Array(Schema.Struct({
+    seq: Schema.Number,
+    start: Schema.Number,
+    end: Schema.Number,
+    trained: Schema.NullOr(Schema.Struct({ version: Schema.Number, advantage: Schema.Number, loss_weight: Schema.Number, tokens: Schema.Number }))
+  }))
 })
 export type TokenSegment = typeof TokenSegment.Type
 

@@ -64,6 +64,11 @@ const cell = (t: string, paintIt: (text: string) => string) =>
     .map((part) => paintIt(part.replace(/[\u0000-\u001f\u007f]/g, (c) => (c === "\t" ? "→" : String.fromCharCode(c === "\u007f" ? 0x2421 : 0x2400 + c.charCodeAt(0))))))
     .join(paintIt("↵") + "\n")
 
+const number = (x: number) => (Math.abs(x) >= 0.01 || x === 0 ? x.toFixed(3) : x.toExponential(2))
+
+const trainedText = (t: TokenSegment["calls"][number]["trained"]) =>
+  t === null ? "not trained" : `trained into version ${t.version}, advantage ${number(t.advantage)}, loss weight ${number(t.loss_weight)} on ${t.tokens} tokens`
+
 export const tokenText = (segments: ReadonlyArray<TokenSegment>, color: boolean): string => {
   const out: Array<string> = []
   for (const s of segments) {
@@ -72,6 +77,7 @@ export const tokenText = (segments: ReadonlyArray<TokenSegment>, color: boolean)
     const hi = Math.max(...vs)
     const span = vs.length === 0 ? "-" : lo === hi ? String(lo) : `${lo}-${hi}`
     out.push(paint("1", `── segment ${s.index} (attempt ${s.attempt_id}) start: ${s.start}, ${s.tokens} tokens, ${s.action_tokens} actions, versions ${span}`, color))
+    for (const c of s.calls) out.push(`   call #${c.seq}, tokens ${c.start}-${c.end}: ${trainedText(c.trained)}`)
     let line = ""
     for (let i = 0; i < s.tokens; i++) {
       const text = s.text === null ? `[${s.token_ids[i]}]` : s.text[i]!

@@ -95,7 +95,10 @@ export const localStack = (options: LocalStackOptions): Effect.Effect<LocalStack
       controller,
       ports: {
         controller: controllerPort(controller),
-        records: { rollout: (id) => Effect.mapError(gateway.store.rolloutTrace(id), trainerError("read rollout")) },
+        records: {
+          rollout: (id) => Effect.mapError(gateway.store.rolloutTrace(id), trainerError("read rollout")),
+          recordTrained: (calls) => Effect.mapError(gateway.store.recordTrained(calls), trainerError("record what was trained"))
+        },
         gateway: {
           pause: (mode) => Effect.mapError(gateway.pause(mode), trainerError("pause the Gateway")),
           resume: Effect.mapError(gateway.resume, trainerError("resume the Gateway")),

@@ -3,7 +3,7 @@
  * imports the Gateway or the Rollout Controller (they meet through @reins/protocol messages; the
  * `reins` package wires these ports to the real actors and services).
  */
-import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task } from "@reins/protocol"
+import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task, TrainedCall } from "@reins/protocol"
 import { Data, type Effect, type Option } from "effect"
 import type { UpdateStep } from "../batching.js"
 import type { LossSettings } from "../offpolicy.js"
@@ -53,6 +53,8 @@ export interface ControllerPort {
 export interface RecordSource {
   /** A rollout's trace: what the store recorded, calls without their request and response bodies (`Store.rolloutTrace`). */
   readonly rollout: (rolloutId: string) => Effect.Effect<RolloutRecord, TrainerError>
+  /** What an update trained of each call (`Store.recordTrained`), recorded once its version exists. */
+  readonly recordTrained: (calls: ReadonlyArray<TrainedCall>) => Effect.Effect<void, TrainerError>
 }
 
 export interface GatewayPort {

@@ -14,6 +14,7 @@ import { type Batch, batchOptions, buildBatch } from "../batch.js"
 import { planUpdate } from "../batching.js"
 import { versionMetrics } from "../metrics.js"
 import { lossSettings, staleness } from "../offpolicy.js"
+import { trainedCalls } from "../samples/trained.js"
 import { traceOf } from "../samples/trace.js"
 import type { DeviceClockReading, RolloutEnded, TrainerError, TrainerPorts, TrainOutcome, TrainSettings } from "./ports.js"
 
@@ -88,6 +89,9 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
     })
     const stale = staleness(batch.samples, input.version)
     if (steps.length === 0) return { batch, staleness: stale, pause: noPause, outcome: null }
+    // What each call's tokens received, recorded once the version they went into exists.
+    const recordTrained = (outcome: TrainOutcome) =>
+      ports.records.recordTrained(trainedCalls(steps.flatMap((s) => s.samples), outcome.version))
     const train = ports.training.train(steps, trainSettings(input.config, input.contextLength))
     if (input.schedule === "split") {
       const outcome = yield* train
@@ -95,9 +99,11 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
       // No resume tells the Gateway of the new version here: it would go on naming the old one
       // and the store would never record the swap.
       yield* ports.gateway.swapped
+      yield* recordTrained(outcome)
       return { batch, staleness: stale, pause: noPause, outcome }
     }
     const { pause, result } = yield* whilePaused(ports, input.config, train)
+    yield* recordTrained(result)
     return { batch, staleness: stale, pause, outcome: result }
   })
 

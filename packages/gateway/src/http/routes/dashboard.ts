@@ -36,11 +36,11 @@ const segmentJson = (s: ViewSegment, text: TokenText | null) => ({
     end: c.end,
     reused_tokens: c.reusedTokens,
     reused_from: c.reusedFrom,
-    finish_reason: c.finishReason
+    finish_reason: c.finishReason,
+    trained: c.trained === null ? null : { version: c.trained.version, advantage: c.trained.advantage, loss_weight: c.trained.weight, tokens: c.trained.tokens }
   })),
-  // The Trainer computes these when it trains a batch and does not record them per token.
-  advantage: null,
-  loss_weight: null
+  advantages: s.advantages,
+  loss_weights: s.weights
 })
 
 /** `GET /api/rollouts/:id/tokens`: the token view of a rollout. */
@@ -51,7 +51,8 @@ export const rolloutTokens = (env: AppEnv) => {
     Effect.gen(function* () {
       const id = (yield* HttpRouter.params)["id"] ?? ""
       const d = yield* env.store.rolloutTrace(id).pipe(Effect.mapError(storeFailure))
-      const segments = rolloutSegments(d.attempts, d.calls)
+      const trained = yield* env.store.trainedCalls(id).pipe(Effect.mapError(storeFailure))
+      const segments = rolloutSegments(d.attempts, d.calls, trained)
       return HttpServerResponse.unsafeJson({
         object: "rollout.tokens",
         rollout_id: d.rollout.id,

@@ -38,7 +38,7 @@ import { startCheckpointer } from "./checkpointer.js"
 import { makeGroupCommit } from "./groupCommit.js"
 import { migrations } from "./migrations.js"
 import { registerVersionFunctions, rolloutPage, rolloutSummaries } from "./rolloutQueries.js"
-import { json, parseJson, type Row, toAttempt, toCall, toEvent, toModelVersion, toReward, toRollout } from "./rows.js"
+import { json, parseJson, type Row, toAttempt, toCall, toEvent, toModelVersion, toReward, toRollout, toTrainedCall } from "./rows.js"
 import { EVENT_PAGE, prepareStatements, row, rows } from "./statements.js"
 
 const versionRange = (versions: Int32Array): { readonly minVersion: number | null; readonly maxVersion: number | null } => {
@@ -291,6 +291,13 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
       }) as Effect.Effect<ModelVersion, StoreError>,
 
     modelVersions: read(() => rows(st.modelVersions).map(toModelVersion)),
+
+    recordTrained: (calls) =>
+      write(() => {
+        for (const c of calls) st.insertTrained.run(c.callId, c.rolloutId, c.version, c.advantage, c.weight, c.tokens)
+      }) as Effect.Effect<void, StoreError>,
+
+    trainedCalls: (rolloutId) => read(() => rows(st.trainedOfRollout, rolloutId).map(toTrainedCall)),
 
     recordEvent: (type, data) => write((emit) => emit(type, {}, data)) as Effect.Effect<StoreEvent, StoreError>,
 

@@ -110,8 +110,28 @@ const m0003_calls_protocol = Effect.gen(function* () {
   yield* sql`ALTER TABLE calls ADD COLUMN protocol TEXT NOT NULL DEFAULT 'openai'`
 })
 
+/**
+ * What each update trained of each call: its advantage and per-token loss weight, so the
+ * dashboard's token view can show them. Keyed by call and the version the update produced.
+ */
+const m0004_trained_calls = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE trained_calls (
+      call_id TEXT NOT NULL REFERENCES calls (id),
+      rollout_id TEXT NOT NULL REFERENCES rollouts (id),
+      version INTEGER NOT NULL,
+      advantage REAL NOT NULL,
+      weight REAL NOT NULL,
+      tokens INTEGER NOT NULL,
+      PRIMARY KEY (call_id, version)
+    )`
+  yield* sql`CREATE INDEX trained_calls_by_rollout ON trained_calls (rollout_id, version)`
+})
+
 export const migrations = {
   "0001_init": m0001_init,
   "0002_drop_calls_by_rollout": m0002_drop_calls_by_rollout,
-  "0003_calls_protocol": m0003_calls_protocol
+  "0003_calls_protocol": m0003_calls_protocol,
+  "0004_trained_calls": m0004_trained_calls
 }

@@ -1,5 +1,5 @@
 /** The store's entities from the rows SQLite returns, and the JSON columns' encoding. */
-import { Attempt, CallTimings, LlmCall, ModelVersion, PromptReuse, Reward, Rollout, StoreEvent } from "@reins/protocol"
+import { Attempt, CallTimings, LlmCall, ModelVersion, PromptReuse, Reward, Rollout, StoreEvent, TrainedCall } from "@reins/protocol"
 import { float32FromBlob, int32FromBlob } from "../packed.js"
 
 export type Row = Record<string, any>
@@ -74,6 +74,9 @@ export const toReward = (r: Row) =>
 
 export const toModelVersion = (r: Row) =>
   new ModelVersion({ version: r.version, modelId: r.model_id, info: parseJson(r.info), createdAt: r.created_at }, true)
+
+export const toTrainedCall = (r: Row) =>
+  new TrainedCall({ callId: r.call_id, rolloutId: r.rollout_id, version: r.version, advantage: r.advantage, weight: r.weight, tokens: r.tokens }, true)
 
 export const toEvent = (r: Row) =>
   new StoreEvent({

@@ -56,6 +56,8 @@ export const prepareStatements = (db: Database.Database) => {
     modelVersion: q(`SELECT * FROM model_versions WHERE version = ?`),
     insertModelVersion: q(`INSERT INTO model_versions (version, model_id, info, created_at) VALUES (?, ?, ?, ?) RETURNING *`),
     modelVersions: q(`SELECT * FROM model_versions ORDER BY version`),
+    insertTrained: q(`INSERT OR REPLACE INTO trained_calls (call_id, rollout_id, version, advantage, weight, tokens) VALUES (?, ?, ?, ?, ?, ?)`),
+    trainedOfRollout: q(`SELECT * FROM trained_calls WHERE rollout_id = ? ORDER BY version, call_id`),
     eventsAfter: q(`SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ${EVENT_PAGE}`)
   }
 }
