@@ -131,7 +131,8 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
       incarnation: 0,
       version: 0,
       status: "up",
-      since: 0
+      since: 0,
+      lastHeartbeat: Date.now()
     })
 
     const spawn: ActorSystemService["spawn"] = (spawnOptions) =>

@@ -165,6 +165,7 @@ export const layer = <E, R>(
                 status: m.status,
                 actors: m.actors,
                 since: m.since,
+                lastHeartbeat: m.lastHeartbeat,
                 incarnation: m.incarnation
               }))
             }))

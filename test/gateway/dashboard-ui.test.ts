@@ -243,6 +243,10 @@ describe("pages", () => {
     await page.waitForSelector('#gateway-state[data-paused="false"]', WAIT)
     await page.waitForSelector('table.nodes[data-rows="1"]', WAIT)
     expect(await page.locator("table.nodes").textContent()).toContain("dashboard-node")
+    // Its last heartbeat: the node itself, so just now (the page shows it relative to its clock).
+    const heartbeat = Number(await page.locator("table.nodes td.heartbeat").getAttribute("data-at"))
+    expect(Math.abs(Date.now() - heartbeat)).toBeLessThan(30_000)
+    expect(await page.locator("table.nodes td.heartbeat").textContent()).toMatch(/^(now|\d+ s ago)$/)
     await page.waitForSelector("#no-launchers", WAIT)
     await page.click("#pause")
     await page.waitForSelector('#gateway-state[data-paused="true"]', WAIT)

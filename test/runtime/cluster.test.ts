@@ -87,8 +87,14 @@ describe("a three-node cluster", () => {
     await until("the refusal in a's log", () => (a.output().includes("wrong cluster secret") ? true : undefined), 10_000)
 
     const okCode = await ok.exited
+    const printedAt = Date.now()
     expect(okCode, ok.output()).toBe(0)
     const printed = JSON.parse(ok.output().trim().split("\n").at(-1)!) as ClusterStatus
+    // b last heard of each member within the failure detector's window (they are all up).
+    for (const n of printed.nodes) {
+      expect(n.lastHeartbeat, n.id).toBeGreaterThan(printedAt - detector.downAfterMs - 10_000)
+      expect(n.lastHeartbeat, n.id).toBeLessThanOrEqual(printedAt)
+    }
     expect(printed.nodes.map((n) => n.id).sort()).toEqual([a.id, b.id, c.id].sort())
     expect(printed.nodes.every((n) => n.status === "up")).toBe(true)
     expect(byId(printed, a.id)).toMatchObject({ address: a.address, roles: ["gateway"], actors: ["gateway"] })
@@ -174,6 +180,12 @@ describe("a three-node cluster", () => {
         )
         expect(after, `${survivor.id}: ms from the kill to down`).toBeLessThanOrEqual(bound.high)
         expect(after, `${survivor.id}: ms from the kill to down (not before the silence)`).toBeGreaterThanOrEqual(bound.low)
+      }
+      // The survivors' last news of c is from before the kill (the heartbeat waited for above).
+      for (const survivor of [a, b]) {
+        const last = byId(yield* Effect.promise(() => status(survivor.address)), c.id)!.lastHeartbeat!
+        expect(last, `${survivor.id}'s last heartbeat of ${c.id}`).toBeLessThanOrEqual(killedAt + MARGIN_FLOOR_MS)
+        expect(last, `${survivor.id}'s last heartbeat of ${c.id}`).toBeGreaterThan(killedAt - 2 * detector.downAfterMs)
       }
       // this watcher (a client of b) was told
       const events = Chunk.toReadonlyArray(yield* Fiber.join(watched).pipe(Effect.timeout("10 seconds")))

@@ -26,7 +26,12 @@ export const Member = Schema.Struct({
   ...MemberInfo.fields,
   status: MemberState,
   /** When `status` last changed, as this node saw it (ms since epoch). */
-  since: Schema.Number
+  since: Schema.Number,
+  /**
+   * When this node last had news of it (a newer heartbeat, directly or by gossip; ms since
+   * epoch): now for the node itself. Local judgement, so gossip does not carry it.
+   */
+  lastHeartbeat: Schema.optional(Schema.Number)
 })
 export type Member = typeof Member.Type
 
@@ -48,6 +53,8 @@ export const ClusterStatus = Schema.Struct({
       status: MemberState,
       actors: Schema.Array(Schema.String),
       since: Schema.Number,
+      /** See `Member.lastHeartbeat`. */
+      lastHeartbeat: Schema.optional(Schema.Number),
       incarnation: Schema.Number
     })
   )

@@ -30,7 +30,11 @@ export interface MemberTableOptions {
   readonly onDown: (entry: Entry, reason: DownReason) => void
 }
 
+/** A member as gossip carries it: its own description and this node's up/down judgement. */
 export const toMember = (e: Entry): Member => ({ ...e.info, status: e.status, since: e.since })
+
+/** A member as this node reports it (status, the dashboard): also when it last had news of it. */
+export const toMemberView = (e: Entry): Member => ({ ...toMember(e), lastHeartbeat: Date.now() - (performance.now() - e.lastProgress) })
 
 export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOptions) => {
   const members = new Map<string, Entry>()
@@ -66,7 +70,7 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
     const now = Date.now()
     for (const m of entries) {
       if (m.id === selfId) continue
-      const { status, since: _since, ...info } = m
+      const { lastHeartbeat: _seen, since: _since, status, ...info } = m
       const current = members.get(m.id)
       if (current === undefined) {
         // first news of it: trust the sender's judgement until our own clock says otherwise

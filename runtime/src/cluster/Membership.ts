@@ -22,7 +22,7 @@ import type { ActorSystemInternal, Locator } from "../ActorSystem.js"
 import { type ActorError, ActorNotFound, ActorUnavailable, type ClusterConnectError } from "../errors.js"
 import type { PeerInfo } from "./Handshake.js"
 import { Member, type MemberEvent, type MemberInfo } from "./Member.js"
-import { makeMemberTable, toMember } from "./MemberTable.js"
+import { makeMemberTable, toMember, toMemberView } from "./MemberTable.js"
 import * as Remote from "./Remote.js"
 import * as Transport from "./Transport.js"
 import { Kind } from "./Wire.js"
@@ -316,8 +316,8 @@ export const make = (options: MembershipOptions) =>
     }
 
     const allMembers = Effect.sync((): ReadonlyArray<Member> => {
-      const list = [...members.values()].map(toMember)
-      if (options.mode === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation })
+      const list = [...members.values()].map(toMemberView)
+      if (options.mode === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation, lastHeartbeat: Date.now() })
       return list.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
     })
 

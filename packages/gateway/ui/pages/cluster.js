@@ -1,16 +1,23 @@
-// Cluster: the nodes (roles, address, up/down, since when), the launchers' slots, and the
+// Cluster: the nodes (roles, address, up/down, since when, last heartbeat), the launchers' slots, and the
 // Gateway's state (paused, held and in-flight calls, the served version) with its pause/resume
 // controls — the dashboard's only writes — refreshed every few seconds.
 import { useEffect, useState } from "preact/hooks"
 import { api, ErrorBox, fmtTime, html } from "../lib.js"
 
+/** How long ago, coarsely: the page refreshes every few seconds. */
+const ago = (at) => {
+  if (at === null) return "–"
+  const s = Math.max(0, Math.round((Date.now() - at) / 1000))
+  return s < 1 ? "now" : s < 120 ? `${s} s ago` : `${Math.round(s / 60)} min ago`
+}
+
 const Nodes = ({ cluster }) => {
   if (cluster === null) return html`<p class="loading">Loading…</p>`
   if (cluster.node === null) return html`<p class="hint" id="no-cluster">This Gateway runs without a cluster node (a bare <code>reins serve</code>): there are no nodes or launchers to show.</p>`
   return html`<table class="nodes" data-rows=${cluster.nodes.length}>
-      <thead><tr><th>Node</th><th>Roles</th><th>Address</th><th>Status</th><th>Since</th><th>Actors</th></tr></thead>
+      <thead><tr><th>Node</th><th>Roles</th><th>Address</th><th>Status</th><th>Since</th><th>Last heartbeat</th><th>Actors</th></tr></thead>
       <tbody>${cluster.nodes.map(
-        (n) => html`<tr><td class="mono">${n.id}${n.id === cluster.node ? " (this Gateway's)" : ""}</td><td>${n.roles.join(", ") || "–"}</td><td class="mono">${n.address || "–"}</td><td><span class=${`state ${n.status === "up" ? "succeeded" : "failed"}`}>${n.status}</span></td><td>${n.since ? fmtTime(n.since) : "–"}</td><td>${n.actors.join(", ") || "–"}</td></tr>`
+        (n) => html`<tr><td class="mono">${n.id}${n.id === cluster.node ? " (this Gateway's)" : ""}</td><td>${n.roles.join(", ") || "–"}</td><td class="mono">${n.address || "–"}</td><td><span class=${`state ${n.status === "up" ? "succeeded" : "failed"}`}>${n.status}</span></td><td>${n.since ? fmtTime(n.since) : "–"}</td><td class="heartbeat" data-at=${n.last_heartbeat ?? ""}>${ago(n.last_heartbeat)}</td><td>${n.actors.join(", ") || "–"}</td></tr>`
       )}</tbody>
     </table>
     <h2>Launchers</h2>

@@ -1,6 +1,6 @@
 /**
  * `reins status --join ws://HOST:PORT [--json]`: the members of a cluster as the node at that
- * address sees them (id, address, roles, up/down, actors). Connects as a client with the cluster
+ * address sees them (id, address, roles, up/down, last heartbeat, actors). Connects as a client with the cluster
  * secret and asks the node's system actor.
  */
 import * as Command from "@effect/cli/Command"
@@ -13,16 +13,19 @@ import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import { DEFAULT_DATA, failWith } from "./node.js"
 
+const ago = (at: number | undefined, now: number) => (at === undefined ? "-" : `${Math.max(0, (now - at) / 1000).toFixed(1)}s ago`)
+
 const table = (status: ClusterStatus): string => {
-  const rows = [["ID", "STATUS", "ADDRESS", "ROLES", "ACTORS"]].concat(
-    status.nodes.map((n) => [n.id, n.status, n.address, n.roles.join(",") || "-", n.actors.join(",") || "-"])
+  const now = Date.now()
+  const rows = [["ID", "STATUS", "ADDRESS", "ROLES", "HEARTBEAT", "ACTORS"]].concat(
+    status.nodes.map((n) => [n.id, n.status, n.address, n.roles.join(",") || "-", ago(n.lastHeartbeat, now), n.actors.join(",") || "-"])
   )
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
   return rows.map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n")
 }
 
 const join = Options.text("join").pipe(Options.withDescription("ws://HOST:PORT of any member."))
-const json = Options.boolean("json").pipe(Options.withDescription('Print {"nodes":[{"id","address","roles","status","actors"}]} as JSON.'))
+const json = Options.boolean("json").pipe(Options.withDescription('Print {"nodes":[{"id","address","roles","status","since","lastHeartbeat","actors","incarnation"}]} as JSON (times in ms since epoch).'))
 const secretFile = Options.file("secret-file", { exists: "yes" }).pipe(
   Options.optional,
   Options.withDescription("File holding the cluster secret. Default: $REINS_CLUSTER_SECRET, else DATA/cluster-secret.")
@@ -44,4 +47,4 @@ export const status = Command.make("status", { join, json, secretFile, data, tim
   }).pipe(
     failWith("reins status"),
     Logger.withMinimumLogLevel(LogLevel.Error)
-  )).pipe(Command.withDescription("Show the members of a cluster: id, address, roles, up/down, actors."))
+  )).pipe(Command.withDescription("Show the members of a cluster: id, address, roles, up/down, last heartbeat, actors."))
