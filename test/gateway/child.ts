@@ -1,8 +1,6 @@
 /** Runs `reins serve` as a real child process and waits until it listens. */
 import { type ChildProcess, spawn } from "node:child_process"
-import { fileURLToPath } from "node:url"
-
-const bin = fileURLToPath(new URL("../../packages/reins/bin/reins.js", import.meta.url))
+import { reinsBin as bin, reinsEnv } from "../reinsCli.js"
 
 export interface Child {
   readonly proc: ChildProcess
@@ -17,7 +15,7 @@ export interface Child {
 export const startServe = (args: ReadonlyArray<string>, env: Record<string, string> = {}, timeoutMs = 45_000): Promise<Child> =>
   new Promise((resolve, reject) => {
     const proc = spawn(process.execPath, [bin, "serve", "--http", "127.0.0.1:0", ...args], {
-      env: { ...process.env, ...env },
+      env: reinsEnv(env),
       stdio: ["ignore", "pipe", "pipe"]
     })
     let out = ""
