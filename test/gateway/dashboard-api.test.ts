@@ -178,12 +178,12 @@ describe("reins rollouts and reins ui", () => {
 })
 
 describe("attempt logs", () => {
-  it("say why there are none without a local launcher, and 404 for an unknown attempt", async () => {
+  it("say why there are none without a cluster node to ask its launchers, and 404 for an unknown attempt", async () => {
     const attemptId = (await gw.admin(`/api/rollouts/${run.split}`)).json.attempts[0].id
     const r = await gw.admin(`/api/attempts/${attemptId}/logs`)
     expect(r.status).toBe(200)
     expect(r.json).toMatchObject({ attempt_id: attemptId, available: false, logs: [] })
-    expect(r.json.reason).toMatch("without a local launcher")
+    expect(r.json.reason).toMatch("without a cluster node, so there is no launcher to ask")
     expect((await gw.admin("/api/attempts/at_00ff/logs")).status).toBe(404)
   })
 })

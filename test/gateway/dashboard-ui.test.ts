@@ -9,6 +9,7 @@
 import { copyFileSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
 import path from "node:path"
 import { attemptFiles } from "@reins/rollout"
+import { launcherActorLayer } from "@reins/rollout/controller"
 import { ActorSystem } from "@reins/runtime"
 import { VersionMetrics } from "@reins/protocol"
 import { Effect, Layer, Schema } from "effect"
@@ -36,8 +37,11 @@ beforeAll(async () => {
   shots = tempDir("ui-shots")
   launcherDir = tempDir("ui-launcher")
   policy = await tinyPolicy()
-  // On a node's actor system, as in `reins train`: the Cluster page lists its node.
-  gw = await startGateway(Layer.merge(policy.backend, ActorSystem.layerLocal({ node: "dashboard-node" })), { attemptLogDir: launcherDir })
+  // On a node's actor system with a local launcher, as in `reins train`: the Cluster page lists
+  // its node, and attempt logs come from the launcher.
+  gw = await startGateway(
+    Layer.merge(policy.backend, launcherActorLayer({ kind: "local", dataDir: launcherDir })).pipe(Layer.provideMerge(ActorSystem.layerLocal({ node: "dashboard-node" })))
+  )
   run = await recordSmallRun(gw, policy)
   // The split rollout's harness log, where the local launcher writes it (its own path helper).
   const attemptId = (await gw.admin(`/api/rollouts/${run.split}`)).json.attempts[0].id

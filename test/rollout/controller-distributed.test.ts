@@ -7,10 +7,10 @@
  * gets exactly one finished event.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { SqliteStore, Store } from "@reins/gateway"
+import { attemptLogsFromCluster, SqliteStore, Store } from "@reins/gateway"
 import { type AttemptFinished, VerifierSpec } from "@reins/protocol"
-import { Node } from "@reins/runtime"
-import { Effect, Layer, Redacted, Stream } from "effect"
+import { ActorSystem, Node } from "@reins/runtime"
+import { Effect, Layer, Option, Redacted, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import os from "node:os"
@@ -143,6 +143,19 @@ describe("rollout controller over a cluster", () => {
         }
         const final = events.filter((e) => e.final)
         expect(final.map((e) => [e.node, e.reason])).toEqual(final.map(() => [a.id, "exit code 0"]))
+
+        // The dashboard's read of an attempt's logs, from this node: node a's launcher has them
+        // (the harness's and the verifier's); an attempt nobody ran has none, and says why.
+        const system = Option.some(yield* ActorSystem)
+        for (const e of final.slice(0, 2)) {
+          const { logs, reason } = yield* attemptLogsFromCluster(system, e.attemptId)
+          expect(reason).toBeNull()
+          expect(logs.find((l) => l.name === "stdout")).toMatchObject({ truncated: false, text: expect.stringContaining("answer: 4") })
+          expect(logs.map((l) => l.name)).toContain("verifier.stdout")
+        }
+        const none = yield* attemptLogsFromCluster(system, "at_0000")
+        expect(none.logs).toEqual([])
+        expect(none.reason).toMatch(/no logs of it at the 1 launcher\(s\) up/)
       }).pipe(Effect.provide(layers))
     }), { timeout: 90_000 })
 })

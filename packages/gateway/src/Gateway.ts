@@ -19,6 +19,7 @@ import path from "node:path"
 import { resolveAdminToken } from "./auth/admin.js"
 import { checkAdmin, type SessionAccess } from "./auth/admin.js"
 import { checkSession, makeSession } from "./auth/session.js"
+import { attemptLogsFromCluster } from "./dashboard/attemptLogs.js"
 import { clusterView } from "./dashboard/cluster.js"
 import { secretsEqual } from "./auth/keys.js"
 import type { Backend } from "./calls/env.js"
@@ -48,8 +49,6 @@ export interface GatewayOptions {
   readonly publicUrl?: string | undefined
   /** Other model names accepted for the served model. */
   readonly modelAliases?: ReadonlyArray<string> | undefined
-  /** The data directory of this node's local launcher, whose attempt logs the dashboard shows (default: none). */
-  readonly attemptLogDir?: string | undefined
 }
 
 /** Where tokens come from. */
@@ -109,11 +108,11 @@ const make = (options: GatewayOptions) =>
       config: {
         maxBodyBytes: options.maxBodyBytes ?? 16 * 1024 * 1024,
         modelAliases: options.modelAliases ?? [],
-        publicUrl: options.publicUrl,
-        attemptLogDir: options.attemptLogDir
+        publicUrl: options.publicUrl
       },
       checkAdmin: (headers: Readonly<Record<string, string | undefined>>, access?: SessionAccess) => checkAdmin(adminToken, headers, access),
       cluster: clusterView(system),
+      attemptLogs: (attemptId: string) => attemptLogsFromCluster(system, attemptId),
       sessions: {
         open: (given: string) => (secretsEqual(given.trim(), adminToken) ? makeSession(adminToken) : null),
         check: (headers: Readonly<Record<string, string | undefined>>) => checkSession(adminToken, headers)

@@ -14,3 +14,5 @@ export { Store, type StoreService, type IssuedAttempt, type NewCall, type NewRew
 export * as SqliteStore from "./store/sqlite/SqliteStore.js"
 export type { PromptFormat } from "./prompt/reuse.js"
 export { generateKey, hashKey } from "./auth/keys.js"
+/** The dashboard's read of an attempt's captured logs: from the launcher in the cluster that ran it. */
+export { attemptLogsFromCluster, type AttemptLogs } from "./dashboard/attemptLogs.js"

@@ -123,6 +123,16 @@ export class AdoptedAttempts extends Schema.Class<AdoptedAttempts>("AdoptedAttem
 export const HandedAttempt = Schema.Struct({ attemptId: Schema.String, namespace: Schema.String })
 export type HandedAttempt = typeof HandedAttempt.Type
 
+/** The tail of one captured log of an attempt (harness or verifier, stdout or stderr), as its launcher kept it. */
+export class AttemptLogTail extends Schema.Class<AttemptLogTail>("AttemptLogTail")({
+  name: Schema.Literal("stdout", "stderr", "verifier.stdout", "verifier.stderr"),
+  /** The whole file's size. */
+  bytes: Schema.Int,
+  /** True when `text` is only the end of it. */
+  truncated: Schema.Boolean,
+  text: Schema.String
+}) {}
+
 export class LauncherRpcs extends RpcGroup.make(
   /** Runs one attempt; the stream ends after `Finished`. Interrupting the call stops the attempt. */
   Rpc.make("Launch", {
@@ -147,6 +157,8 @@ export class LauncherRpcs extends RpcGroup.make(
    * anything over (local processes) answers every attempt as `gone`.
    */
   Rpc.make("TakeOver", { payload: { attempts: Schema.Array(HandedAttempt) }, success: AdoptedAttempts }),
+  /** The tails of an attempt's captured logs, if this launcher ran it (empty otherwise): the dashboard's read. */
+  Rpc.make("Logs", { payload: { attemptId: Schema.String }, success: Schema.Array(AttemptLogTail) }),
   /** Liveness, answered like the runtime's probe actor (`reins status` tooling and cluster checks ping `rollout/<node>`). */
   Rpc.make("Ping", { success: Probe.Pong })
 ) {}

@@ -1,54 +1,43 @@
 /**
- * An attempt's captured logs for the dashboard: the files the local launcher of this node writes
- * under `<launcher data dir>/attempts/<attempt id>/` (harness and verifier stdout/stderr, each
- * already size-capped by the launcher). The Gateway reads them only when told that directory
- * (`GatewayOptions.attemptLogDir`: the local stack's launcher); attempts run by another node's
- * launcher keep their logs there. Only the tail of each file is returned.
+ * An attempt's captured logs for the dashboard, from the launcher that ran it, wherever in the
+ * cluster that is: every launcher actor (`rollout/<node>`) of an up member is asked (`Logs`, at
+ * once, each bounded by a timeout) and the first that has any answers. Launchers keep them under
+ * their node's data directory, so a Gateway without an actor system (a bare `reins serve`) has
+ * no launcher to ask.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs"
-import path from "node:path"
+import { type AttemptLogTail, LAUNCHER_ACTOR_PREFIX, LauncherRpcs } from "@reins/protocol"
+import type { ActorSystem } from "@reins/runtime"
+import { Effect, Option } from "effect"
 
-/** Bytes returned from the end of each log. */
-export const LOG_TAIL_BYTES = 64 * 1024
+const LAUNCHER_TIMEOUT = "2 seconds"
 
-const FILES = ["stdout", "stderr", "verifier.stdout", "verifier.stderr"] as const
-
-export interface LogTail {
-  readonly name: (typeof FILES)[number]
-  readonly bytes: number
-  /** The text of the last `LOG_TAIL_BYTES` (true when the file is longer). */
-  readonly truncated: boolean
-  readonly text: string
+export interface AttemptLogs {
+  readonly logs: ReadonlyArray<AttemptLogTail>
+  /** Why there are none (null when there are). */
+  readonly reason: string | null
 }
 
-/** Gateway attempt ids (`at_` + hex) are plain directory names; anything else is never a path here. */
-const SAFE_ID = /^at_[0-9a-f]{1,64}$/
-
-const tail = (file: string): { readonly bytes: number; readonly text: string } | null => {
-  let fd: number
-  try {
-    fd = openSync(file, "r")
-  } catch {
-    return null
-  }
-  try {
-    const size = fstatSync(fd).size
-    const length = Math.min(size, LOG_TAIL_BYTES)
-    const buffer = Buffer.alloc(length)
-    readSync(fd, buffer, 0, length, size - length)
-    return { bytes: size, text: buffer.toString("utf8") }
-  } finally {
-    closeSync(fd)
-  }
-}
-
-/** The logs found for `attemptId` under `dir`, in a fixed order; empty when there are none. */
-export const readAttemptLogs = (dir: string, attemptId: string): ReadonlyArray<LogTail> => {
-  if (!SAFE_ID.test(attemptId)) return []
-  const out: Array<LogTail> = []
-  for (const name of FILES) {
-    const found = tail(path.join(dir, "attempts", attemptId, `${name}.log`))
-    if (found !== null) out.push({ name, bytes: found.bytes, truncated: found.bytes > LOG_TAIL_BYTES, text: found.text })
-  }
-  return out
-}
+export const attemptLogsFromCluster = (system: Option.Option<ActorSystem["Type"]>, attemptId: string): Effect.Effect<AttemptLogs> =>
+  Option.match(system, {
+    onNone: () => Effect.succeed({ logs: [], reason: "this Gateway runs without a cluster node, so there is no launcher to ask" }),
+    onSome: (s) =>
+      Effect.gen(function* () {
+        const members = yield* s.members
+        const launchers = members.filter((m) => m.status === "up").flatMap((m) => m.actors.filter((a) => a.startsWith(LAUNCHER_ACTOR_PREFIX)))
+        if (launchers.length === 0) return { logs: [], reason: "no launcher is up in the cluster" }
+        const answers = yield* Effect.forEach(
+          launchers,
+          (name) =>
+            s.ref(LauncherRpcs, name).pipe(
+              Effect.flatMap((ref) => ref.Logs({ attemptId })),
+              Effect.timeout(LAUNCHER_TIMEOUT),
+              Effect.option
+            ),
+          { concurrency: "unbounded" }
+        )
+        const found = answers.flatMap((a) => Option.toArray(a)).find((logs) => logs.length > 0)
+        return found === undefined
+          ? { logs: [], reason: `no logs of it at the ${launchers.length} launcher(s) up (it never started, or its launcher's node is gone or did not answer)` }
+          : { logs: found, reason: null }
+      })
+  })

@@ -57,9 +57,7 @@ const gatewayLayer = (options: LocalStackOptions) =>
     // Updates take seconds here, not minutes: a call held an hour means something is stuck.
     Layer.provideMerge(Gateway.layer({
       dataDir: options.dataDir,
-      maxHold: Duration.hours(1),
-      // The local launcher's attempt logs (see below), for the dashboard.
-      ...((options.localLauncher ?? true) ? { attemptLogDir: path.join(options.dataDir, "rollout") } : {})
+      maxHold: Duration.hours(1)
     })),
     Layer.provide(policyBackend(options.parsers))
   )

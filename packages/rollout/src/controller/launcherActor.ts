@@ -32,6 +32,7 @@ import {
 import { Actor, ActorContext, type ActorSystem } from "@reins/runtime"
 import { Effect, Layer, Queue, Scope, Stream } from "effect"
 import { followAttempt, runAttempt } from "../attempt.js"
+import { readAttemptLogs } from "../harness/logTails.js"
 import type { AdoptedAttempt, AttemptHandle, Launcher } from "../launcher/Launcher.js"
 import { makeLocalLauncher } from "../launcher/local.js"
 import type { KubernetesLauncherOptions } from "../launcher/k8s/launcher.js"
@@ -151,6 +152,10 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
             running: running.size,
             ...(launcher.kind === "kubernetes" ? { onStop: launcher.leavesJobsRunning === true ? "leave" as const : "delete" as const } : {})
           })
+        ),
+      Logs: ({ attemptId }) =>
+        Effect.try(() => readAttemptLogs(launcher.dataDir, attemptId)).pipe(
+          Effect.catchAll((e) => Effect.as(Effect.logWarning(`launcher: reading the logs of ${attemptId} failed: ${String(e.error)}`), []))
         ),
       Ping: () => Effect.succeed({ actor: self.name, node: self.node, incarnation: self.incarnation })
     })

@@ -36,6 +36,8 @@ export type LauncherKind = "local" | "kubernetes"
 
 export interface Launcher {
   readonly kind: LauncherKind
+  /** Where its attempts' files go (`<dataDir>/attempts/<attempt>/`: the task, the captured logs). */
+  readonly dataDir: string
   /**
    * Starts an attempt. Fails only when nothing could be started (see `outcomeOfLaunchError`);
    * once it succeeds the harness is running (or its Job exists).

@@ -103,7 +103,7 @@ export const makeLocalLauncher = (options: LocalLauncherOptions): Launcher => {
     )
   )))
 
-  return { kind: "local", launch, adopt }
+  return { kind: "local", dataDir: options.dataDir, launch, adopt }
 }
 
 export class LocalLauncher extends Context.Tag("@reins/rollout/LocalLauncher")<LocalLauncher, Launcher>() {

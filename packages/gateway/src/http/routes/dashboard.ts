@@ -5,7 +5,6 @@
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { readAttemptLogs } from "../../dashboard/attemptLogs.js"
 import { rolloutSegments, type ViewSegment } from "../../dashboard/tokenView.js"
 import { type TokenText, tokenTextOf } from "../../dashboard/tokenText.js"
 import { type ApiError, internal, notFound } from "../errors.js"
@@ -78,8 +77,8 @@ export const versions = (env: AppEnv) =>
 export const cluster = (env: AppEnv) => admin(env, Effect.map(env.cluster, (c) => HttpServerResponse.unsafeJson(c)))
 
 /**
- * `GET /api/attempts/:id/logs`: the tails of the attempt's captured logs, when this node's
- * launcher ran it (`available: false` says why there are none to show).
+ * `GET /api/attempts/:id/logs`: the tails of the attempt's captured logs, from the launcher that
+ * ran it (`available: false` and `reason` say why there are none to show).
  */
 export const attemptLogs = (env: AppEnv) =>
   admin(
@@ -87,16 +86,7 @@ export const attemptLogs = (env: AppEnv) =>
     Effect.gen(function* () {
       const id = (yield* HttpRouter.params)["id"] ?? ""
       const attempt = yield* env.store.attempt(id).pipe(Effect.mapError(storeFailure))
-      const dir = env.config.attemptLogDir
-      const logs = dir === undefined
-        ? []
-        : yield* Effect.try({ try: () => readAttemptLogs(dir, attempt.id), catch: (e) => internal(`reading the attempt's logs failed: ${String(e)}`) })
-      return HttpServerResponse.unsafeJson({
-        object: "attempt.logs",
-        attempt_id: attempt.id,
-        available: logs.length > 0,
-        reason: logs.length > 0 ? null : dir === undefined ? "this Gateway runs without a local launcher" : "no logs on this node (another node's launcher ran it, or it never started)",
-        logs
-      })
+      const { logs, reason } = yield* env.attemptLogs(attempt.id)
+      return HttpServerResponse.unsafeJson({ object: "attempt.logs", attempt_id: attempt.id, available: logs.length > 0, reason, logs })
     })
   )

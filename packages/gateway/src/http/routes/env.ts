@@ -2,6 +2,7 @@
 import type { Effect } from "effect"
 import type { SessionAccess } from "../../auth/admin.js"
 import type { SessionCheck } from "../../auth/session.js"
+import type { AttemptLogs } from "../../dashboard/attemptLogs.js"
 import type { ClusterJson } from "../../dashboard/cluster.js"
 import type { CallEnv } from "../../calls/env.js"
 import type { ApiError } from "../errors.js"
@@ -13,8 +14,6 @@ export interface HttpConfig {
   readonly modelAliases: ReadonlyArray<string>
   /** The agent-facing base URL handed out with new attempts (default: derived from the request's Host). */
   readonly publicUrl: string | undefined
-  /** Where this node's local launcher keeps attempt logs, if the Gateway may show them. */
-  readonly attemptLogDir: string | undefined
 }
 
 export interface AppEnv extends CallEnv {
@@ -23,6 +22,8 @@ export interface AppEnv extends CallEnv {
   readonly checkAdmin: (headers: Readonly<Record<string, string | undefined>>, access?: SessionAccess) => Effect.Effect<void, ApiError>
   /** The cluster's nodes and launchers as this Gateway's node sees them (empty without an actor system). */
   readonly cluster: Effect.Effect<ClusterJson>
+  /** An attempt's captured logs, from the launcher in the cluster that ran it. */
+  readonly attemptLogs: (attemptId: string) => Effect.Effect<AttemptLogs>
   /** Dashboard logins: a session cookie value for the right admin token (null for a wrong one), and the check of a request's cookie. */
   readonly sessions: {
     readonly open: (given: string) => string | null

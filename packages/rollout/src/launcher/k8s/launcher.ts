@@ -189,6 +189,7 @@ export const makeKubernetesLauncher = (
 
     return {
       kind: "kubernetes" as const,
+      dataDir: options.dataDir,
       owner,
       leavesJobsRunning: options.onScopeClose === "leave",
       launch,
