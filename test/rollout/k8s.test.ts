@@ -14,6 +14,7 @@ import {
   type KubernetesLauncherOptions,
   makeKubernetesLauncher,
   outcomeOfLaunchError,
+  readAttemptLogs,
   runAttempt,
   TASK_FILE_IN_POD
 } from "@reins/rollout"
@@ -83,6 +84,8 @@ describe("Kubernetes Job launcher", () => {
       const outcome = yield* handle.outcome
       expect(outcome).toMatchObject({ _tag: "Succeeded", exitCode: 0 })
       expect(readFileSync(handle.files.stdout, "utf8")).toBe("solved the issue\n")
+      // What the launcher actor's `Logs` serves the dashboard: the pod log, as stdout.
+      expect(readAttemptLogs(launcher.dataDir, s.attemptId).map((l) => [l.name, l.text, l.truncated])).toEqual([["stdout", "solved the issue\n", false], ["stderr", "", false]])
 
       const [job] = d.jobs()
       expect(job.metadata.name).toBe(jobName(s.attemptId))
