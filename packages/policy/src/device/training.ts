@@ -64,37 +64,36 @@ const toSequence = (sample: TrainSample, where: string, settings: TrainSettings,
   }
 }
 
-/** The request's samples as steps × micro-batches × sequences, all checked. */
-export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): Array<Array<Array<TrainingSequence>>> => {
+/** The request's samples as steps × sequences, all checked. */
+export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): Array<Array<TrainingSequence>> => {
   const { settings, steps } = request
   if (steps.length === 0) throw invalid("no steps")
   if (settings.maxSeqLen > config.contextLength) {
     throw invalid(`maxSeqLen ${settings.maxSeqLen} is more than the model's context of ${config.contextLength}`)
   }
   return steps.map((step, s) => {
-    if (step.length === 0) throw invalid(`step ${s} has no micro-batches`)
-    return step.map((micro, m) => {
-      if (micro.length === 0) throw invalid(`step ${s}, micro-batch ${m} has no samples`)
-      return micro.map((sample, k) => toSequence(sample, `step ${s}, micro-batch ${m}, sample ${k}`, settings, config))
-    })
+    if (step.length === 0) throw invalid(`step ${s} has no samples`)
+    return step.map((sample, k) => toSequence(sample, `step ${s}, sample ${k}`, settings, config))
   })
 }
 
 /** Adds π_old (the current weights' logprobs) to every sequence: the PPO ratio's denominator. */
 export const withOldLogprobs = (
   model: Transformer,
-  steps: Array<Array<Array<TrainingSequence>>>,
+  steps: Array<Array<TrainingSequence>>,
   settings: TrainSettings
-): Array<Array<Array<TrainingSequence>>> => {
-  const flat = steps.flat(2)
-  const old = scoreSequences(model, flat, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
+): Array<Array<TrainingSequence>> => {
+  const old = scoreSequences(model, steps.flat(), { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
   let i = 0
-  return steps.map((step) => step.map((micro) => micro.map((seq) => ({ ...seq, oldLogprobs: old[i++]! }))))
+  return steps.map((step) => step.map((seq) => ({ ...seq, oldLogprobs: old[i++]! })))
 }
 
-/** Each step's micro-batches, packed under the token budget. */
-export const packSteps = (steps: Array<Array<Array<TrainingSequence>>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
-  steps.map((step) => step.flatMap((micro) => packSequences(micro, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })))
+/**
+ * Each step's micro-batches. Packing lives here, beside the memory it must fit: the device knows
+ * its backend and heap; the Trainer only says which samples make a step.
+ */
+export const packSteps = (steps: Array<Array<TrainingSequence>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
+  steps.map((step) => packSequences(step, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen }))
 
 export const objectiveOf = (settings: TrainSettings): Objective =>
   settings.objective.kind === "pg"

@@ -6,15 +6,15 @@ import { type DeviceActor, deviceClient, type DeviceClient } from "@reins/policy
 import { RestoreRequest, SaveRequest, TrainRequest, TrainSample, TrainSettings as WireSettings, type TrainStepStats } from "@reins/protocol"
 import type { ActorSystem } from "@reins/runtime"
 import { Effect } from "effect"
-import type { UpdateStep } from "../batching.js"
+import type { Sample } from "../normalization.js"
 import { type DevicePort, trainerError, type TrainSettings } from "./ports.js"
 
-const toSample = (s: UpdateStep["samples"][number]) =>
+const toSample = (s: Sample) =>
   new TrainSample({ tokens: s.tokens, weights: s.weights, advantages: s.advantages, behaviorLogprobs: s.behaviorLogprobs })
 
-const toRequest = (steps: ReadonlyArray<UpdateStep>, settings: TrainSettings) =>
+const toRequest = (steps: ReadonlyArray<ReadonlyArray<Sample>>, settings: TrainSettings) =>
   new TrainRequest({
-    steps: steps.map((step) => step.microBatches.map((mb) => mb.map(toSample))),
+    steps: steps.map((step) => step.map(toSample)),
     settings: new WireSettings({
       objective: { kind: "pg", clipLow: settings.clipLow, clipHigh: settings.clipHigh, dualClip: settings.dualClip, tisCap: settings.tisCap },
       lr: settings.lr,

@@ -5,7 +5,7 @@
  */
 import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task } from "@reins/protocol"
 import { Data, type Effect, type Option } from "effect"
-import type { UpdateStep } from "../batching.js"
+import type { Sample } from "../normalization.js"
 import type { LossSettings } from "../offpolicy.js"
 import type { RolloutRecord } from "../samples/trace.js"
 
@@ -90,8 +90,8 @@ export interface DeviceClockReading {
 export interface DevicePort {
   readonly info: Effect.Effect<{ readonly version: number; readonly contextLength: number }, TrainerError>
   readonly clock: Effect.Effect<DeviceClockReading, TrainerError>
-  /** One update (steps × micro-batches); the engine then serves version + 1. */
-  readonly train: (steps: ReadonlyArray<UpdateStep>, settings: TrainSettings) => Effect.Effect<TrainOutcome, TrainerError>
+  /** One update (optimizer steps × samples; the device packs micro-batches); the engine then serves version + 1. */
+  readonly train: (steps: ReadonlyArray<ReadonlyArray<Sample>>, settings: TrainSettings) => Effect.Effect<TrainOutcome, TrainerError>
   /** Copies this device's weights (and version) into `target`'s engine: the split schedule's swap. */
   readonly sendWeightsTo: (target: DevicePort) => Effect.Effect<void, TrainerError>
   readonly save: (dir: string) => Effect.Effect<void, TrainerError>

@@ -83,8 +83,7 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
     const batch = yield* loadBatch(ports, input)
     const steps = planUpdate(batch.samples, {
       optimizerSteps: input.config.optimizer_steps,
-      normalization: input.config.normalization,
-      microBatchTokens: input.config.micro_batch_tokens
+      normalization: input.config.normalization
     })
     const stale = staleness(batch.samples, input.version)
     if (steps.length === 0) return { batch, staleness: stale, pause: noPause, outcome: null }
