@@ -113,7 +113,7 @@ const instrument = (ports: LocalStack["ports"], rec: Instruments): LocalStack["p
     })
   const wrap = (d: DevicePort): DevicePort => ({
     ...d,
-    train: (steps, settings) => timed(d.train(steps, settings), (i) => rec.trains.push({ ...i, tokens: tokensOf(steps) })),
+    train: (request) => timed(d.train(request), (i) => rec.trains.push({ ...i, tokens: tokensOf(request.steps) })),
     sendWeightsTo: (target) => timed(d.sendWeightsTo(target), (i) => rec.syncs.push(i))
   })
   const training = wrap(ports.training)

@@ -1,16 +1,16 @@
 /**
  * The device side of `Train` and `Score`: checking the Trainer's samples against the model,
- * π_old before a multi-step update, packing, one `trainStep` per step, and the stats as they go
- * on the wire. Runs in the device's worker (loads TensorFlow.js).
+ * π_old before a multi-step update, packing, one `trainStep` per step. Runs in the device's
+ * worker (loads TensorFlow.js).
  */
-import { DeviceError, PgStepStats, type TrainRequest, type TrainSample, type TrainSettings, TrainStepStats } from "@reins/protocol"
+import { DeviceError, type TrainRequest, type TrainSample, type TrainSettings, type TrainStepStats } from "@reins/protocol"
 import { Effect } from "effect"
 import type { ModelConfig } from "../model/config.js"
 import type { Transformer } from "../model/transformer.js"
 import type { Objective } from "../train/losses.js"
 import { type MicroBatch, packSequences, type TrainingSequence } from "../train/microbatch.js"
 import { AdamW } from "../train/optimizer.js"
-import { scoreSequences, type StepStats, trainStep } from "../train/step.js"
+import { scoreSequences, trainStep } from "../train/step.js"
 
 /** Forward passes of `Score` stay within this many token slots (the wasm heap bound). */
 export const SCORE_MICRO_BATCH_TOKENS = 4096
@@ -95,41 +95,6 @@ export const withOldLogprobs = (
 export const packSteps = (steps: Array<Array<TrainingSequence>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
   steps.map((step) => packSequences(step, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen }))
 
-export const objectiveOf = (settings: TrainSettings): Objective =>
-  settings.objective.kind === "pg"
-    ? {
-      kind: "pg",
-      clipLow: settings.objective.clipLow,
-      clipHigh: settings.objective.clipHigh,
-      dualClip: settings.objective.dualClip,
-      tisCap: settings.objective.tisCap
-    }
-    : { kind: "sft" }
-
-export const toStepStats = (s: StepStats): TrainStepStats =>
-  new TrainStepStats({
-    loss: s.loss,
-    tokens: s.tokens,
-    microBatches: s.microBatches,
-    gradNorm: s.gradNorm,
-    clipped: s.clipped,
-    lr: s.lr,
-    entropy: s.entropy,
-    ...(s.pg !== undefined
-      ? {
-        pg: new PgStepStats({
-          clipFraction: s.pg.clipFraction,
-          dualClipFraction: s.pg.dualClipFraction,
-          meanRatio: s.pg.meanRatio,
-          meanImportanceWeight: s.pg.meanImportanceWeight,
-          truncatedFraction: s.pg.truncatedFraction,
-          approxKl: s.pg.approxKl
-        })
-      }
-      : {}),
-    seconds: s.seconds
-  })
-
 /**
  * The device's AdamW, kept across updates. The learning rate is read at every step (so each
  * request sets it); weight decay and clipping are fixed at construction, so a request that
@@ -202,6 +167,6 @@ export const runSteps = (
 ): Effect.Effect<Array<TrainStepStats>, DeviceError> =>
   Effect.forEach(steps, (batches, s) =>
     Effect.try({
-      try: () => toStepStats(trainStep(model, optimizer, batches, objective)),
+      try: () => trainStep(model, optimizer, batches, objective),
       catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
     }).pipe(Effect.zipLeft(yieldToEventLoop)))

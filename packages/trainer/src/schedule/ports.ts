@@ -3,10 +3,8 @@
  * imports the Gateway or the Rollout Controller (they meet through @reins/protocol messages; the
  * `reins` package wires these ports to the real actors and services).
  */
-import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task } from "@reins/protocol"
+import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task, TrainRequest, TrainResult } from "@reins/protocol"
 import { Data, type Effect, type Option } from "effect"
-import type { Sample } from "../normalization.js"
-import type { LossSettings } from "../offpolicy.js"
 import type { RolloutRecord } from "../samples/trace.js"
 
 /** Something a schedule depends on failed (the device, the controller, the store, the Gateway). */
@@ -63,21 +61,6 @@ export interface GatewayPort {
   readonly swapped: Effect.Effect<GatewayState, TrainerError>
 }
 
-export interface TrainSettings extends LossSettings {
-  readonly lr: number
-  readonly weightDecay: number
-  readonly maxGradNorm: number
-  readonly microBatchTokens: number
-  readonly maxSeqLen: number
-}
-
-export interface TrainOutcome {
-  readonly version: number
-  /** Per optimizer step: loss, grad norm, clip fractions, ... (non-finite values as null). */
-  readonly steps: ReadonlyArray<Readonly<Record<string, number | null>>>
-  readonly seconds: number
-}
-
 export interface DeviceClockReading {
   readonly version: number
   /** Cumulative seconds with at least one sequence being generated. */
@@ -91,7 +74,7 @@ export interface DevicePort {
   readonly info: Effect.Effect<{ readonly version: number; readonly contextLength: number }, TrainerError>
   readonly clock: Effect.Effect<DeviceClockReading, TrainerError>
   /** One update (optimizer steps × samples; the device packs micro-batches); the engine then serves version + 1. */
-  readonly train: (steps: ReadonlyArray<ReadonlyArray<Sample>>, settings: TrainSettings) => Effect.Effect<TrainOutcome, TrainerError>
+  readonly train: (request: TrainRequest) => Effect.Effect<TrainResult, TrainerError>
   /** Copies this device's weights (and version) into `target`'s engine: the split schedule's swap. */
   readonly sendWeightsTo: (target: DevicePort) => Effect.Effect<void, TrainerError>
   readonly save: (dir: string) => Effect.Effect<void, TrainerError>
