@@ -5,8 +5,8 @@
 import { type DeviceActor, deviceClient, type DeviceClient } from "@reins/policy/device"
 import { RestoreRequest, SaveRequest } from "@reins/protocol"
 import type { ActorSystem } from "@reins/runtime"
+import { type DevicePort, trainerError } from "@reins/trainer"
 import { Effect } from "effect"
-import { type DevicePort, trainerError } from "./ports.js"
 
 /** The Trainer's view of a device actor. */
 export const devicePort = (actor?: DeviceActor): Effect.Effect<DevicePort, never, ActorSystem> =>
