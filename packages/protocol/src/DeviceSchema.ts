@@ -8,7 +8,7 @@ import { Rpc, RpcGroup } from "@effect/rpc"
 import { Packed } from "@reins/runtime"
 import { Schema } from "effect"
 import { GenerateChunk, GenerateRequest } from "./Generation.js"
-import { PauseMode } from "./Gateway.js"
+import { PauseMode } from "./GatewaySchema.js"
 
 /** The generation engine's queue right now: what a pause holds, and whether anything may run. */
 export class EngineLoad extends Schema.Class<EngineLoad>("EngineLoad")({
