@@ -13,10 +13,6 @@ export const devicePort = (actor?: DeviceActor): Effect.Effect<DevicePort, never
   Effect.map(deviceClient(actor), (device) => {
     const port: DevicePort = {
       info: Effect.mapError(device.info, trainerError("device info")),
-      clock: device.info.pipe(
-        Effect.map((i) => ({ version: i.version, generatingSeconds: i.generatingSeconds, trainingSeconds: i.trainingSeconds })),
-        Effect.mapError(trainerError("device info"))
-      ),
       train: (request) => Effect.mapError(device.train(request), trainerError("train")),
       sendWeightsTo: (target) =>
         device.getWeights.pipe(
