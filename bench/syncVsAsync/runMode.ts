@@ -8,7 +8,7 @@
 import { HarnessSpec } from "@reins/protocol"
 import { loadTaskSet, makeTaskQueue, type TaskRecord } from "@reins/rollout/tasks"
 import { ActorSystem } from "@reins/runtime"
-import { type DevicePort, runTraining, type TaskItem, type TrainerEvent, type TrainerPorts, trainerConfig, type UpdateStep } from "@reins/trainer"
+import { type DevicePort, runTraining, type TaskItem, type TrainerEvent, type TrainerPorts, trainerConfig } from "@reins/trainer"
 import { Effect, Option, PubSub, Queue } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
@@ -91,7 +91,7 @@ const passAt1 = (stack: LocalStack, w: Workload, tasks: ReadonlyArray<TaskItem>)
     return ended.filter((e) => e.reward !== null && e.reward >= 1).length / Math.max(1, ended.length)
   })
 
-const tokensOf = (steps: ReadonlyArray<UpdateStep>) => steps.reduce((s, step) => s + step.samples.reduce((t, x) => t + x.tokens.length, 0), 0)
+const tokensOf = (steps: ReadonlyArray<ReadonlyArray<{ readonly tokens: Int32Array }>>) => steps.reduce((s, step) => s + step.reduce((t, x) => t + x.tokens.length, 0), 0)
 
 interface Instruments {
   readonly pauses: Array<Interval>
@@ -113,7 +113,7 @@ const instrument = (ports: LocalStack["ports"], rec: Instruments): LocalStack["p
     })
   const wrap = (d: DevicePort): DevicePort => ({
     ...d,
-    train: (steps, settings) => timed(d.train(steps, settings), (i) => rec.trains.push({ ...i, tokens: tokensOf(steps) })),
+    train: (request) => timed(d.train(request), (i) => rec.trains.push({ ...i, tokens: tokensOf(request.steps) })),
     sendWeightsTo: (target) => timed(d.sendWeightsTo(target), (i) => rec.syncs.push(i))
   })
   const training = wrap(ports.training)

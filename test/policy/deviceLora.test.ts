@@ -48,7 +48,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("a LoRA d
       const start = (yield* client.info).version
       const before = yield* score()
 
-      for (let i = 0; i < 3; i++) yield* client.train(new TrainRequest({ steps: [[[sample]]], settings }))
+      for (let i = 0; i < 3; i++) yield* client.train(new TrainRequest({ steps: [[sample]], settings }))
       const trained = yield* score()
       expect(trained).toBeGreaterThan(before + 0.5)
       const out = yield* Stream.runCollect(
@@ -65,7 +65,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("a LoRA d
       expect(statSync(path.join(ckpt, "adapter_model.safetensors")).size).toBeLessThan(baseBytes.length / 2)
 
       // Train further, then Restore: the saved policy (and version) is back.
-      yield* client.train(new TrainRequest({ steps: [[[sample]]], settings }))
+      yield* client.train(new TrainRequest({ steps: [[sample]], settings }))
       expect(yield* score()).not.toBeCloseTo(trained, 4)
       const restored = yield* client.restore(new RestoreRequest({ dir: ckpt }))
       expect(restored).toMatchObject({ version: start + 3, optimizer: true })

@@ -126,8 +126,8 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const { before, samples } = yield* fixedBatch
       let version = start
       for (let update = 0; update < 3; update++) {
-        // two optimizer steps per update (π_old scored before the first), two micro-batches each
-        const result = yield* client.train(new TrainRequest({ steps: [[[samples[0]!], [samples[1]!]], [[samples[0]!, samples[1]!]]], settings: settings() }))
+        // two optimizer steps per update (π_old scored before the first)
+        const result = yield* client.train(new TrainRequest({ steps: [[samples[0]!, samples[1]!], [samples[0]!, samples[1]!]], settings: settings() }))
         expect(result.version).toBe(version + 1)
         version = result.version
         expect(result.steps).toHaveLength(2)
@@ -168,7 +168,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const started = yield* Deferred.make<void>()
       const fiber = yield* Effect.fork(collect(Stream.tap(stream, () => Deferred.succeed(started, undefined))))
       yield* Deferred.await(started)
-      const result = yield* device.Train(new TrainRequest({ steps: [[samples]], settings: settings({ objective: { kind: "sft" } }) }))
+      const result = yield* device.Train(new TrainRequest({ steps: [samples], settings: settings({ objective: { kind: "sft" } }) }))
       const out = yield* Fiber.join(fiber)
       expect(result.version).toBe(start + 1)
       expect(result.steps[0]!.pg).toBeUndefined()
@@ -187,7 +187,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       yield* device.Pause({ mode: "interrupt" })
       const atPause = (yield* device.Info()).engine
       const held = yield* Effect.fork(collect(device.Generate(new GenerateRequest({ requestId: "held", promptIds: PROMPT, params: params(4) }))))
-      const result = yield* device.Train(new TrainRequest({ steps: [[samples]], settings: settings() }))
+      const result = yield* device.Train(new TrainRequest({ steps: [samples], settings: settings() }))
       expect(result.version).toBe(start + 1)
       // Still paused, as a state: the engine has seen the request and the new weights, and is
       // parked with the request queued. A swap that resumed the device would show its tokens.
@@ -206,7 +206,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const { before, samples } = yield* fixedBatch
       // step 0 trains fine; step 1's huge advantages overflow the gradient norm → the update fails
       const huge = sample(SEQ_UP, 3e38, before.logprobs[0]!)
-      const error = yield* Effect.flip(device.Train(new TrainRequest({ steps: [[samples], [[huge]]], settings: settings() })))
+      const error = yield* Effect.flip(device.Train(new TrainRequest({ steps: [samples, [huge]], settings: settings() })))
       expect(error._tag).toBe("DeviceError")
       expect(error.message).toMatch(/step 1 failed: .*gradient norm/)
       const after = yield* score([SEQ_UP, SEQ_DOWN])
@@ -244,7 +244,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const { root } = yield* Dirs
       const device = yield* Device.client
       const { samples } = yield* fixedBatch
-      const train = device.Train(new TrainRequest({ steps: [[samples]], settings: settings() }))
+      const train = device.Train(new TrainRequest({ steps: [samples], settings: settings() }))
       const dir = path.join(root, "checkpoints", "v-a")
       const bare = path.join(root, "checkpoints", "v-a-no-optimizer")
 
@@ -296,16 +296,16 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
         Effect.map(Effect.flip(device.Train(new TrainRequest({ steps, settings: s }))), (e) => `${e._tag}: ${e.message}`)
 
       const long = new TrainSample({ tokens: new Int32Array(80).fill(5), weights: new Float32Array(80).fill(0.1), advantages: new Float32Array(80), behaviorLogprobs: new Float32Array(80) })
-      expect(yield* trainError([[samples, [long]]])).toMatch(/^DeviceError: Train: step 0, micro-batch 1, sample 0 has 80 tokens \(79 predictions\), more than maxSeqLen 64/)
-      expect(yield* trainError([[samples]], settings({ maxSeqLen: 1024 }))).toMatch(/maxSeqLen 1024 is more than the model's context of 512/)
+      expect(yield* trainError([[...samples, long]])).toMatch(/^DeviceError: Train: step 0, sample 2 has 80 tokens \(79 predictions\), more than maxSeqLen 64/)
+      expect(yield* trainError([samples], settings({ maxSeqLen: 1024 }))).toMatch(/maxSeqLen 1024 is more than the model's context of 512/)
       expect(yield* trainError([])).toMatch(/no steps/)
-      expect(yield* trainError([[[]]])).toMatch(/step 0, micro-batch 0 has no samples/)
+      expect(yield* trainError([[]])).toMatch(/step 0 has no samples/)
       const outside = new TrainSample({ ...samples[0]!, tokens: Int32Array.from(SEQ_UP, (t, i) => (i === 3 ? 5000 : t)) })
-      expect(yield* trainError([[[outside]]])).toMatch(`token id 5000 at position 3 is outside the vocabulary of ${tokenizer.vocabSize}`)
+      expect(yield* trainError([[outside]])).toMatch(`token id 5000 at position 3 is outside the vocabulary of ${tokenizer.vocabSize}`)
       const noAdvantages = new TrainSample({ tokens: SEQ_UP, weights: samples[0]!.weights })
-      expect(yield* trainError([[[noAdvantages]]])).toMatch(/the pg objective needs advantages and behaviorLogprobs/)
+      expect(yield* trainError([[noAdvantages]])).toMatch(/the pg objective needs advantages and behaviorLogprobs/)
       const misaligned = new TrainSample({ ...samples[0]!, weights: new Float32Array(3) })
-      expect(yield* trainError([[[misaligned]]])).toMatch(/weights has 3 entries for 14 tokens/)
+      expect(yield* trainError([[misaligned]])).toMatch(/weights has 3 entries for 14 tokens/)
 
       const weights = yield* device.GetWeights()
       const setError = (tensors: ReadonlyArray<WeightTensor>) =>

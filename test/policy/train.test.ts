@@ -68,6 +68,10 @@ describe("packing", () => {
     const batches = packSequences(seqs, { maxTokens: 32, maxSeqLen: 16, pack: false })
     expect(batches.reduce((n, b) => n + b.rows, 0)).toBe(10)
     for (const b of batches) expect(b.rows * b.seqLen).toBeLessThanOrEqual(32)
+    // Packed (several sequences a row, as the device packs a Train step): still within the budget, each sequence once.
+    const packed = packSequences(seqs, { maxTokens: 32, maxSeqLen: 16 })
+    for (const b of packed) expect(b.rows * b.seqLen).toBeLessThanOrEqual(32)
+    expect(packed.flatMap((b) => b.placements.map((p) => p.sequence)).sort((x, y) => x - y)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     expect(() => packSequences([seq(Array.from({ length: 20 }, () => 1))], { maxTokens: 64, maxSeqLen: 16 })).toThrow(PackingError)
     expect(() => packSequences([seq([1, 2, 3], { advantages: new Float32Array(2) })], { maxTokens: 64, maxSeqLen: 16 })).toThrow(/advantages has 2 entries/)
     // The PG loss refuses rows without advantages or behavior logprobs rather than guessing.

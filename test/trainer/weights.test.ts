@@ -1,7 +1,6 @@
 import {
   buildBatch,
   normalize,
-  packMicroBatches,
   planUpdate,
   type ScoredSegment,
   splitSteps,
@@ -92,8 +91,8 @@ describe("loss normalization (checked by hand)", () => {
     })
     expect(built.samples.filter((s) => s.rolloutId === "whole")).toHaveLength(1)
     expect(built.samples.filter((s) => s.rolloutId === "split")).toHaveLength(5)
-    const [step] = planUpdate(built.samples, { optimizerSteps: 1, normalization: "rollout", microBatchTokens: 4096 })
-    const byRollout = weightByRollout(step!.samples)
+    const [step] = planUpdate(built.samples, { optimizerSteps: 1, normalization: "rollout" })
+    const byRollout = weightByRollout(step!)
     expect(byRollout.get("whole")).toBeCloseTo(0.5, 6)
     expect(byRollout.get("split")).toBeCloseTo(0.5, 6)
     // Under `sequence` the split rollout would count five times as much.
@@ -102,21 +101,7 @@ describe("loss normalization (checked by hand)", () => {
   })
 })
 
-describe("micro-batches and optimizer steps", () => {
-  it("packs rows longest first under a padded token budget", () => {
-    // sorted: 300 (#1), 300 (#4), 200 (#2), 100 (#0), 50 (#3); budget 600
-    const batches = packMicroBatches([100, 300, 200, 50, 300], 600)
-    expect(batches.map((b) => Array.from(b))).toEqual([
-      [1, 4],
-      [2, 0, 3]
-    ])
-  })
-
-  it("gives a row longer than the budget a micro-batch of its own", () => {
-    expect(packMicroBatches([900, 10, 10], 500).map((b) => Array.from(b))).toEqual([[0], [1, 2]])
-    expect(packMicroBatches([], 500)).toEqual([])
-  })
-
+describe("optimizer steps", () => {
   it("splits a batch into optimizer steps by whole groups and normalizes each step", () => {
     const samples = [
       segment("r1", 8, { groupId: "big" }),
@@ -127,12 +112,8 @@ describe("micro-batches and optimizer steps", () => {
     ]
     const parts = splitSteps(samples, 2)
     expect(parts.map((p) => p.map((s) => s.rolloutId))).toEqual([["r1", "r2"], ["r3", "r4", "r5"]])
-    const steps = planUpdate(samples, { optimizerSteps: 2, normalization: "rollout", microBatchTokens: 24 })
-    for (const step of steps) {
-      expect(step.samples.reduce((n, s) => n + sum(s.weights), 0)).toBeCloseTo(1, 5)
-      for (const mb of step.microBatches) expect(mb.length * Math.max(...mb.map((s) => s.tokens.length))).toBeLessThanOrEqual(24)
-      expect(step.microBatches.flat()).toHaveLength(step.samples.length)
-    }
+    const steps = planUpdate(samples, { optimizerSteps: 2, normalization: "rollout" })
+    for (const step of steps) expect(step.reduce((n, s) => n + sum(s.weights), 0)).toBeCloseTo(1, 5)
     // More steps than groups: no empty steps.
     expect(splitSteps(samples, 10)).toHaveLength(3)
   })

@@ -9,7 +9,7 @@ export { defaultModelConfig, createDefaultModel, initModelDir, ensureModelDir, t
 export { packSequences, unpack, PackingError, type TrainingSequence, type MicroBatch, type PackOptions, type Placement } from "./train/microbatch.js"
 export { sftLoss, policyGradientLoss, pgStats, importanceWeights, DEFAULT_PG, type Objective, type PgSettings, type PgStats, type LossOutput } from "./train/losses.js"
 export { AdamW, OptimizerError, schedule, type Schedule, type ScheduleOptions, type AdamWOptions, type UpdateStats } from "./train/optimizer.js"
-export { trainStep, microBatchGradients, scoreSequences, type StepStats } from "./train/step.js"
+export { trainStep, microBatchGradients, scoreSequences } from "./train/step.js"
 export { encodeSafetensors, decodeSafetensors, SafetensorsReader, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"
 export { bf16ToF32, f32ToBf16, f16ToF32, f32ToF16 } from "./checkpoint/dtype.js"
 export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type HfArchitecture, type HfDtype, type HfModelConfig } from "./checkpoint/hf/config.js"

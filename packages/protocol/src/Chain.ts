@@ -3,8 +3,8 @@
  * (`@reins/trainer` samples/segments.ts) and the dashboard's token view (`@reins/gateway`
  * dashboard/tokenView.ts) both join calls by, kept here so the two cannot drift apart.
  */
-import type { LlmCall } from "./Store.js"
-import type { SegmentStart } from "./Trainer.js"
+import type { LlmCall } from "./StoreSchema.js"
+import type { SegmentStart } from "./TrainerSchema.js"
 
 /** Whether `prompt` starts with `tail`'s exact ids (its prompt, then its output): the call extends `tail`'s chain. */
 export const extendsCall = (prompt: Int32Array, tail: LlmCall): boolean => {

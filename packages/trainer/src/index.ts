@@ -1,6 +1,6 @@
 /**
  * @reins/trainer: finished rollouts → training samples (segments, rollout-level advantages,
- * loss weights, micro-batches), the Trainer's config and its per-version metrics. See README.md
+ * loss weights, optimizer steps), the Trainer's config and its per-version metrics. See README.md
  * in this folder for the definitions.
  */
 
@@ -21,7 +21,7 @@ export * from "./advantages.js"
 export * from "./normalization.js"
 /** Staleness and truncated importance sampling. */
 export * from "./offpolicy.js"
-/** Optimizer steps and micro-batches under a token budget. */
+/** A batch → optimizer steps (by whole groups, each normalized). */
 export * from "./batching.js"
 /** A batch of rollouts → scored samples + stats. */
 export * from "./batch.js"

@@ -11,7 +11,7 @@ import type { ModelInfo } from "../generator/Generator.js"
 import { type ApiError, badRequest, contextLengthExceeded, modelNotFound } from "../http/errors.js"
 import { type ChatRequest, type CompletionRequest, validateChat, validateCompletion } from "../openai/requests.js"
 import { type BuiltPrompt, buildPrompt, type PromptFormat, type Turn } from "../prompt/reuse.js"
-import type { Plan } from "./engine.js"
+import type { Plan } from "./fromEngine.js"
 import { NO_REUSE } from "./env.js"
 
 /** The sampling a request asks for (null: the default). */

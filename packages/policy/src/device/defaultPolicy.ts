@@ -8,7 +8,7 @@ import { ChatTemplate } from "../chat/ChatTemplate.js"
 import type { CheckpointError, ModelDir } from "../checkpoint/modelDir.js"
 import { ensureModelDir } from "../model/defaults.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { trainBpe } from "../tokenizer/Trainer.js"
+import { trainBpe } from "../tokenizer/BpeTrainer.js"
 
 /** The id the default policy is served under. */
 export const DEFAULT_MODEL_ID = "reins-default"

@@ -28,7 +28,6 @@ import {
   checkIds,
   checkTrainRequest,
   DeviceOptimizer,
-  objectiveOf,
   packSteps,
   runSteps,
   SCORE_MICRO_BATCH_TOKENS,
@@ -105,7 +104,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
         const started = performance.now()
         const { settings } = request
         const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
-        const objective = objectiveOf(settings)
+        // The wire's objective is the loss's own shape (`Objective`).
+        const objective = settings.objective
         const before = { weights: snapshot(), optimizer: optimizer.current?.exportState() }
         const rollback = Effect.sync(() => {
           putBack(before.weights)

@@ -1,16 +1,16 @@
 /**
  * The device side of `Train` and `Score`: checking the Trainer's samples against the model,
- * π_old before a multi-step update, packing, one `trainStep` per step, and the stats as they go
- * on the wire. Runs in the device's worker (loads TensorFlow.js).
+ * π_old before a multi-step update, packing, one `trainStep` per step. Runs in the device's
+ * worker (loads TensorFlow.js).
  */
-import { DeviceError, PgStepStats, type TrainRequest, type TrainSample, type TrainSettings, TrainStepStats } from "@reins/protocol"
+import { DeviceError, type TrainRequest, type TrainSample, type TrainSettings, type TrainStepStats } from "@reins/protocol"
 import { Effect } from "effect"
 import type { ModelConfig } from "../model/config.js"
 import type { Transformer } from "../model/transformer.js"
 import type { Objective } from "../train/losses.js"
 import { type MicroBatch, packSequences, type TrainingSequence } from "../train/microbatch.js"
 import { AdamW } from "../train/optimizer.js"
-import { scoreSequences, type StepStats, trainStep } from "../train/step.js"
+import { scoreSequences, trainStep } from "../train/step.js"
 
 /** Forward passes of `Score` stay within this many token slots (the wasm heap bound). */
 export const SCORE_MICRO_BATCH_TOKENS = 4096
@@ -64,72 +64,36 @@ const toSequence = (sample: TrainSample, where: string, settings: TrainSettings,
   }
 }
 
-/** The request's samples as steps × micro-batches × sequences, all checked. */
-export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): Array<Array<Array<TrainingSequence>>> => {
+/** The request's samples as steps × sequences, all checked. */
+export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): Array<Array<TrainingSequence>> => {
   const { settings, steps } = request
   if (steps.length === 0) throw invalid("no steps")
   if (settings.maxSeqLen > config.contextLength) {
     throw invalid(`maxSeqLen ${settings.maxSeqLen} is more than the model's context of ${config.contextLength}`)
   }
   return steps.map((step, s) => {
-    if (step.length === 0) throw invalid(`step ${s} has no micro-batches`)
-    return step.map((micro, m) => {
-      if (micro.length === 0) throw invalid(`step ${s}, micro-batch ${m} has no samples`)
-      return micro.map((sample, k) => toSequence(sample, `step ${s}, micro-batch ${m}, sample ${k}`, settings, config))
-    })
+    if (step.length === 0) throw invalid(`step ${s} has no samples`)
+    return step.map((sample, k) => toSequence(sample, `step ${s}, sample ${k}`, settings, config))
   })
 }
 
 /** Adds π_old (the current weights' logprobs) to every sequence: the PPO ratio's denominator. */
 export const withOldLogprobs = (
   model: Transformer,
-  steps: Array<Array<Array<TrainingSequence>>>,
+  steps: Array<Array<TrainingSequence>>,
   settings: TrainSettings
-): Array<Array<Array<TrainingSequence>>> => {
-  const flat = steps.flat(2)
-  const old = scoreSequences(model, flat, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
+): Array<Array<TrainingSequence>> => {
+  const old = scoreSequences(model, steps.flat(), { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
   let i = 0
-  return steps.map((step) => step.map((micro) => micro.map((seq) => ({ ...seq, oldLogprobs: old[i++]! }))))
+  return steps.map((step) => step.map((seq) => ({ ...seq, oldLogprobs: old[i++]! })))
 }
 
-/** Each step's micro-batches, packed under the token budget. */
-export const packSteps = (steps: Array<Array<Array<TrainingSequence>>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
-  steps.map((step) => step.flatMap((micro) => packSequences(micro, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })))
-
-export const objectiveOf = (settings: TrainSettings): Objective =>
-  settings.objective.kind === "pg"
-    ? {
-      kind: "pg",
-      clipLow: settings.objective.clipLow,
-      clipHigh: settings.objective.clipHigh,
-      dualClip: settings.objective.dualClip,
-      tisCap: settings.objective.tisCap
-    }
-    : { kind: "sft" }
-
-export const toStepStats = (s: StepStats): TrainStepStats =>
-  new TrainStepStats({
-    loss: s.loss,
-    tokens: s.tokens,
-    microBatches: s.microBatches,
-    gradNorm: s.gradNorm,
-    clipped: s.clipped,
-    lr: s.lr,
-    entropy: s.entropy,
-    ...(s.pg !== undefined
-      ? {
-        pg: new PgStepStats({
-          clipFraction: s.pg.clipFraction,
-          dualClipFraction: s.pg.dualClipFraction,
-          meanRatio: s.pg.meanRatio,
-          meanImportanceWeight: s.pg.meanImportanceWeight,
-          truncatedFraction: s.pg.truncatedFraction,
-          approxKl: s.pg.approxKl
-        })
-      }
-      : {}),
-    seconds: s.seconds
-  })
+/**
+ * Each step's micro-batches. Packing lives here, beside the memory it must fit: the device knows
+ * its backend and heap; the Trainer only says which samples make a step.
+ */
+export const packSteps = (steps: Array<Array<TrainingSequence>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
+  steps.map((step) => packSequences(step, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen }))
 
 /**
  * The device's AdamW, kept across updates. The learning rate is read at every step (so each
@@ -203,6 +167,6 @@ export const runSteps = (
 ): Effect.Effect<Array<TrainStepStats>, DeviceError> =>
   Effect.forEach(steps, (batches, s) =>
     Effect.try({
-      try: () => toStepStats(trainStep(model, optimizer, batches, objective)),
+      try: () => trainStep(model, optimizer, batches, objective),
       catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
     }).pipe(Effect.zipLeft(yieldToEventLoop)))

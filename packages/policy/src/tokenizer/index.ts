@@ -1,6 +1,6 @@
 export * from "./TokenizerError.js"
 export { Tokenizer, type EncodeOptions } from "./Tokenizer.js"
 export type { AddedToken, TokenizerSpec } from "./TokenizerJson.js"
-export { trainBpe, DEFAULT_SPECIAL_TOKENS, type TrainOptions } from "./Trainer.js"
+export { trainBpe, DEFAULT_SPECIAL_TOKENS, type TrainOptions } from "./BpeTrainer.js"
 export { StreamDecoder } from "./StreamDecoder.js"
 export { loadTokenizer, saveTokenizer, TOKENIZER_FILE } from "./TokenizerFiles.js"

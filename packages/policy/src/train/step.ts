@@ -1,27 +1,15 @@
 /**
  * One optimizer step over a batch of micro-batches: forward + backward per micro-batch with the
  * gradients summed across them (the losses are already weighted sums, see losses.ts), then one
- * AdamW update with global-norm clipping. Returns what a training loop wants to log.
+ * AdamW update with global-norm clipping. Returns the step's stats in the shape the device
+ * sends them (`TrainStepStats`), so no layer in between renames them.
  */
+import { PgStepStats, TrainStepStats } from "@reins/protocol"
 import * as tf from "@tensorflow/tfjs"
 import type { Transformer } from "../model/transformer.js"
 import { type LossOutput, type Objective, pgStats, type PgStats, policyGradientLoss, sftLoss } from "./losses.js"
 import { type MicroBatch, PackingError, packSequences, type PackOptions, type TrainingSequence, unpack } from "./microbatch.js"
-import type { AdamW, UpdateStats } from "./optimizer.js"
-
-export interface StepStats extends UpdateStats {
-  /** Σ over micro-batches of the (weighted) loss. */
-  readonly loss: number
-  /** Trained tokens (weight ≠ 0) and all slots run (incl. padding). */
-  readonly tokens: number
-  readonly slots: number
-  readonly microBatches: number
-  /** Mean entropy of π over trained tokens. */
-  readonly entropy: number
-  /** PG diagnostics, for the "pg" objective (token-weighted over micro-batches). */
-  readonly pg: PgStats | undefined
-  readonly seconds: number
-}
+import type { AdamW } from "./optimizer.js"
 
 interface MicroResult {
   readonly loss: number
@@ -57,30 +45,29 @@ export const microBatchGradients = (model: Transformer, batch: MicroBatch, objec
   return { loss, grads: byName, entropySum, pg }
 }
 
-const mergePg = (parts: ReadonlyArray<PgStats>): PgStats | undefined => {
+/** The micro-batches' PG diagnostics, weighted by their trained tokens. */
+const mergePg = (parts: ReadonlyArray<PgStats>): PgStepStats | undefined => {
   if (parts.length === 0) return undefined
   const tokens = parts.reduce((n, p) => n + p.tokens, 0)
   const avg = (f: (p: PgStats) => number) => (tokens === 0 ? 0 : parts.reduce((s, p) => s + f(p) * p.tokens, 0) / tokens)
-  return {
-    tokens,
+  return new PgStepStats({
     clipFraction: avg((p) => p.clipFraction),
     dualClipFraction: avg((p) => p.dualClipFraction),
     meanRatio: avg((p) => p.meanRatio),
     meanImportanceWeight: avg((p) => p.meanImportanceWeight),
     truncatedFraction: avg((p) => p.truncatedFraction),
     approxKl: avg((p) => p.approxKl)
-  }
+  })
 }
 
 /** Accumulates gradients over `batches` and applies one optimizer update. */
-export const trainStep = (model: Transformer, optimizer: AdamW, batches: ReadonlyArray<MicroBatch>, objective: Objective): StepStats => {
+export const trainStep = (model: Transformer, optimizer: AdamW, batches: ReadonlyArray<MicroBatch>, objective: Objective): TrainStepStats => {
   if (batches.length === 0) throw new Error("trainStep needs at least one micro-batch")
   const started = performance.now()
   let acc: Map<string, tf.Tensor> | undefined
   let loss = 0
   let entropySum = 0
   let tokens = 0
-  let slots = 0
   const pgParts: Array<PgStats> = []
   try {
     for (const batch of batches) {
@@ -88,7 +75,6 @@ export const trainStep = (model: Transformer, optimizer: AdamW, batches: Readonl
       loss += r.loss
       entropySum += r.entropySum
       tokens += batch.trainedTokens
-      slots += batch.rows * batch.seqLen
       if (r.pg !== undefined) pgParts.push(r.pg)
       if (acc === undefined) acc = r.grads
       else {
@@ -100,17 +86,19 @@ export const trainStep = (model: Transformer, optimizer: AdamW, batches: Readonl
         }
       }
     }
-    const update = optimizer.apply(acc!)
-    return {
-      ...update,
+    const { gradNorm, clipped, lr } = optimizer.apply(acc!)
+    const pg = mergePg(pgParts)
+    return new TrainStepStats({
       loss,
       tokens,
-      slots,
       microBatches: batches.length,
+      gradNorm,
+      clipped,
+      lr,
       entropy: tokens === 0 ? 0 : entropySum / tokens,
-      pg: mergePg(pgParts),
+      ...(pg !== undefined ? { pg } : {}),
       seconds: (performance.now() - started) / 1000
-    }
+    })
   } finally {
     if (acc !== undefined) for (const g of acc.values()) g.dispose()
   }

@@ -9,9 +9,10 @@ import { Device, TrainingDevice, workerLayer as deviceWorkerLayer } from "@reins
 import type { HarnessSpec, LoraSettings } from "@reins/protocol"
 import { type ActorSystem } from "@reins/runtime"
 import { AttemptLedger, launcherActorLayer, RolloutController, type RolloutControllerService } from "@reins/rollout/controller"
-import { devicePort, trainerError, type TrainerPorts } from "@reins/trainer"
+import { trainerError, type TrainerPorts } from "@reins/trainer"
 import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import path from "node:path"
+import { devicePort } from "./devicePort.js"
 import { type ParserSettings, policyBackend } from "./policyBackend.js"
 import { storeLedger } from "./storeLedger.js"
 

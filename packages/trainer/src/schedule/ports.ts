@@ -3,10 +3,8 @@
  * imports the Gateway or the Rollout Controller (they meet through @reins/protocol messages; the
  * `reins` package wires these ports to the real actors and services).
  */
-import type { GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task, TrainedCall } from "@reins/protocol"
+import type { DeviceInfo, GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task, TrainedCall, TrainRequest, TrainResult } from "@reins/protocol"
 import { Data, type Effect, type Option } from "effect"
-import type { UpdateStep } from "../batching.js"
-import type { LossSettings } from "../offpolicy.js"
 import type { RolloutRecord } from "../samples/trace.js"
 
 /** Something a schedule depends on failed (the device, the controller, the store, the Gateway). */
@@ -65,35 +63,15 @@ export interface GatewayPort {
   readonly swapped: Effect.Effect<GatewayState, TrainerError>
 }
 
-export interface TrainSettings extends LossSettings {
-  readonly lr: number
-  readonly weightDecay: number
-  readonly maxGradNorm: number
-  readonly microBatchTokens: number
-  readonly maxSeqLen: number
-}
-
-export interface TrainOutcome {
-  readonly version: number
-  /** Per optimizer step: loss, grad norm, clip fractions, ... (non-finite values as null). */
-  readonly steps: ReadonlyArray<Readonly<Record<string, number | null>>>
-  readonly seconds: number
-}
-
-export interface DeviceClockReading {
-  readonly version: number
-  /** Cumulative seconds with at least one sequence being generated. */
-  readonly generatingSeconds: number
-  /** Cumulative seconds spent in updates. */
-  readonly trainingSeconds: number
-}
+/** What the busy fractions are computed from: the version served and the device's cumulative seconds. */
+export type DeviceClockReading = Pick<DeviceInfo, "version" | "generatingSeconds" | "trainingSeconds">
 
 /** A device owner: the policy's weights, its generation engine, its optimizer. */
 export interface DevicePort {
-  readonly info: Effect.Effect<{ readonly version: number; readonly contextLength: number }, TrainerError>
-  readonly clock: Effect.Effect<DeviceClockReading, TrainerError>
-  /** One update (steps × micro-batches); the engine then serves version + 1. */
-  readonly train: (steps: ReadonlyArray<UpdateStep>, settings: TrainSettings) => Effect.Effect<TrainOutcome, TrainerError>
+  /** The version it serves, its context, and its busy clock. */
+  readonly info: Effect.Effect<DeviceInfo, TrainerError>
+  /** One update (optimizer steps × samples; the device packs micro-batches); the engine then serves version + 1. */
+  readonly train: (request: TrainRequest) => Effect.Effect<TrainResult, TrainerError>
   /** Copies this device's weights (and version) into `target`'s engine: the split schedule's swap. */
   readonly sendWeightsTo: (target: DevicePort) => Effect.Effect<void, TrainerError>
   readonly save: (dir: string) => Effect.Effect<void, TrainerError>

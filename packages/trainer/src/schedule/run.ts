@@ -259,8 +259,8 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
 
 const readClocks = (ports: TrainerPorts) =>
   Effect.gen(function*() {
-    const generation: DeviceClockReading = yield* ports.generation.clock
-    const training: DeviceClockReading | null = ports.training === ports.generation ? null : yield* ports.training.clock
+    const generation: DeviceClockReading = yield* ports.generation.info
+    const training: DeviceClockReading | null = ports.training === ports.generation ? null : yield* ports.training.info
     return { generation, training }
   })
 

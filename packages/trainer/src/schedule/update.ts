@@ -8,24 +8,47 @@
  * resume; held calls continue with the new weights. `split`: generation never stops; the update
  * runs on the training device and its weights are swapped into the generation device after.
  */
-import { DeviceBusy, PauseStats, type ScheduleKind, type StalenessStats, type TrainerConfig, type VersionMetrics } from "@reins/protocol"
+import {
+  DeviceBusy,
+  PauseStats,
+  type ScheduleKind,
+  type StalenessStats,
+  type TrainerConfig,
+  TrainRequest,
+  type TrainResult,
+  TrainSample,
+  TrainSettings,
+  type TrainStepStats,
+  type VersionMetrics
+} from "@reins/protocol"
 import { Effect } from "effect"
 import { type Batch, batchOptions, buildBatch } from "../batch.js"
 import { planUpdate } from "../batching.js"
 import { versionMetrics } from "../metrics.js"
+import type { Sample } from "../normalization.js"
 import { lossSettings, staleness } from "../offpolicy.js"
 import { trainedCalls } from "../samples/trained.js"
 import { traceOf } from "../samples/trace.js"
-import type { DeviceClockReading, RolloutEnded, TrainerError, TrainerPorts, TrainOutcome, TrainSettings } from "./ports.js"
+import type { DeviceClockReading, RolloutEnded, TrainerError, TrainerPorts } from "./ports.js"
 
-export const trainSettings = (config: TrainerConfig, contextLength: number): TrainSettings => ({
-  ...lossSettings(config),
-  lr: config.lr,
-  weightDecay: config.weight_decay,
-  maxGradNorm: config.max_grad_norm,
-  microBatchTokens: config.micro_batch_tokens,
-  maxSeqLen: config.max_seq_len ?? contextLength
-})
+export const trainSettings = (config: TrainerConfig, contextLength: number): TrainSettings =>
+  new TrainSettings({
+    objective: { kind: "pg", ...lossSettings(config) },
+    lr: config.lr,
+    weightDecay: config.weight_decay,
+    maxGradNorm: config.max_grad_norm,
+    microBatchTokens: config.micro_batch_tokens,
+    maxSeqLen: config.max_seq_len ?? contextLength
+  })
+
+/** The device's request for these optimizer steps: samples as packed typed arrays. */
+const trainRequest = (steps: ReadonlyArray<ReadonlyArray<Sample>>, settings: TrainSettings) =>
+  new TrainRequest({
+    steps: steps.map((step) =>
+      step.map((s) => new TrainSample({ tokens: s.tokens, weights: s.weights, advantages: s.advantages, behaviorLogprobs: s.behaviorLogprobs }))
+    ),
+    settings
+  })
 
 export interface UpdateInput {
   readonly schedule: ScheduleKind
@@ -42,7 +65,7 @@ export interface UpdateResult {
   readonly staleness: StalenessStats
   readonly pause: PauseStats
   /** null when the batch held nothing trainable (the version does not move). */
-  readonly outcome: TrainOutcome | null
+  readonly outcome: TrainResult | null
 }
 
 const noPause = new PauseStats({ pauseSeconds: 0, drainSeconds: 0, heldCalls: 0 })
@@ -84,15 +107,13 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
     const batch = yield* loadBatch(ports, input)
     const steps = planUpdate(batch.samples, {
       optimizerSteps: input.config.optimizer_steps,
-      normalization: input.config.normalization,
-      microBatchTokens: input.config.micro_batch_tokens
+      normalization: input.config.normalization
     })
     const stale = staleness(batch.samples, input.version)
     if (steps.length === 0) return { batch, staleness: stale, pause: noPause, outcome: null }
     // What each call's tokens received, recorded once the version they went into exists.
-    const recordTrained = (outcome: TrainOutcome) =>
-      ports.records.recordTrained(trainedCalls(steps.flatMap((s) => s.samples), outcome.version))
-    const train = ports.training.train(steps, trainSettings(input.config, input.contextLength))
+    const recordTrained = (outcome: TrainResult) => ports.records.recordTrained(trainedCalls(steps.flat(), outcome.version))
+    const train = ports.training.train(trainRequest(steps, trainSettings(input.config, input.contextLength)))
     if (input.schedule === "split") {
       const outcome = yield* train
       yield* ports.training.sendWeightsTo(ports.generation)
@@ -126,15 +147,14 @@ export const deviceBusy = (
 
 /** The metrics line of an update that produced `version`. */
 export const updateMetrics = (
-  result: UpdateResult & { readonly outcome: TrainOutcome },
+  result: UpdateResult & { readonly outcome: TrainResult },
   at: number,
   wallSeconds: number,
   device: DeviceBusy
 ): VersionMetrics => {
   const steps = result.outcome.steps
-  const last = steps[steps.length - 1] ?? {}
-  const train: Record<string, number> = { seconds: result.outcome.seconds, optimizerSteps: steps.length }
-  for (const [k, v] of Object.entries(last)) train[k] = v ?? Number.NaN
+  const last = steps[steps.length - 1]
+  const train = { seconds: result.outcome.seconds, optimizerSteps: steps.length, ...(last === undefined ? {} : stepRecord(last)) }
   return versionMetrics({
     version: result.outcome.version,
     at,
@@ -146,3 +166,16 @@ export const updateMetrics = (
     train
   })
 }
+
+/** The last optimizer step's stats as flat numbers for the metrics line. */
+const stepRecord = (s: TrainStepStats): Record<string, number> => ({
+  loss: s.loss,
+  tokens: s.tokens,
+  microBatches: s.microBatches,
+  gradNorm: s.gradNorm,
+  clipped: s.clipped ? 1 : 0,
+  lr: s.lr,
+  entropy: s.entropy,
+  stepSeconds: s.seconds,
+  ...(s.pg ?? {})
+})

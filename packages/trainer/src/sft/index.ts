@@ -2,7 +2,7 @@
  * Supervised fine-tuning data: demo transcripts (JSONL of OpenAI chat conversations) → training
  * sequences with loss weight on exactly the tokens the model would have generated, a tokenizer
  * learned from the demos (digits stay single tokens), the compact chat template for tiny models,
- * and the step plan. `reins sft` runs the training; see README.md in this folder.
+ * the step plan, and the training loop `reins sft` runs (`trainSft`); see README.md in this folder.
  */
 export { Demo, DemoError, parseDemoLine, parseDemos, readDemos, type DemoLine, type ParsedDemos, type ParseDemosOptions, type SkippedLine } from "./demos.js"
 export { COMPACT_CHAT_TEMPLATE, compactChatTemplate } from "./template.js"
@@ -17,3 +17,4 @@ export {
   type SftSequence
 } from "./sequences.js"
 export { planSteps, stepsForEpochs, tokenNormalized, type PlanOptions } from "./plan.js"
+export { SftError, trainSft, type SftResult, type SftSettings } from "./train.js"

@@ -7,7 +7,7 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Either, Schema } from "effect"
 import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
-import { serve } from "../../calls/engine.js"
+import { serve } from "../../calls/fromEngine.js"
 import type { CallContext } from "../../calls/env.js"
 import { recordError } from "../../calls/env.js"
 import { planChat, planCompletion } from "../../calls/plan.js"

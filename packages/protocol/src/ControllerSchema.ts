@@ -14,7 +14,7 @@ import { Rpc, RpcGroup } from "@effect/rpc"
 import { Probe } from "@reins/runtime"
 import { Schema } from "effect"
 import { AttemptOutcome, AttemptResult, HarnessSpec, Task, VerifierError, VerifierReward } from "./Rollout.js"
-import { AttemptState } from "./Store.js"
+import { AttemptState } from "./StoreSchema.js"
 
 // ---------------------------------------------------------------------------------------------
 // Launcher actor

@@ -8,7 +8,7 @@ import { Rpc, RpcGroup } from "@effect/rpc"
 import { Packed } from "@reins/runtime"
 import { Schema } from "effect"
 import { GenerateChunk, GenerateRequest } from "./Generation.js"
-import { PauseMode } from "./Gateway.js"
+import { PauseMode } from "./GatewaySchema.js"
 
 /** The generation engine's queue right now: what a pause holds, and whether anything may run. */
 export class EngineLoad extends Schema.Class<EngineLoad>("EngineLoad")({
@@ -113,10 +113,11 @@ export class TrainSettings extends Schema.Class<TrainSettings>("TrainSettings")(
 
 export class TrainRequest extends Schema.Class<TrainRequest>("TrainRequest")({
   /**
-   * steps × micro-batches × samples: one optimizer step per entry of `steps`, with gradients
-   * accumulated over its micro-batches.
+   * steps × samples: one optimizer step per entry of `steps`. The device packs each step into
+   * micro-batches that fit its memory (`settings.microBatchTokens`) and accumulates gradients
+   * over them.
    */
-  steps: Schema.Array(Schema.Array(Schema.Array(TrainSample))),
+  steps: Schema.Array(Schema.Array(TrainSample)),
   settings: TrainSettings
 }) {}
 
@@ -226,7 +227,7 @@ export class DeviceRpcs extends RpcGroup.make(
   /** Continues interrupted sequences (with the current weights) and admits new ones. */
   Rpc.make("Resume", { error: DeviceError }),
   /**
-   * One update: an AdamW step per entry of `steps`, then the new weights serve as version + 1.
+   * One update: an AdamW step per entry of `steps` (packed into micro-batches here), then the new weights serve as version + 1.
    * A paused engine stays paused (the caller resumes); a running one is interrupted for the swap
    * and resumed. On failure nothing changes.
    */

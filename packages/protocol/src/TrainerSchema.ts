@@ -8,8 +8,8 @@
  */
 import { Rpc, RpcGroup } from "@effect/rpc"
 import { Schema } from "effect"
-import { PauseMode } from "./Gateway.js"
-import { BreakReason } from "./Store.js"
+import { PauseMode } from "./GatewaySchema.js"
+import { BreakReason } from "./StoreSchema.js"
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
