@@ -7,7 +7,9 @@
  */
 import OpenAI from "openai"
 import type { FunctionTool, ResponseInputItem, ResponseStreamEvent } from "openai/resources/responses/responses"
+import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type RecordedResponses, recordedResponses, responsesFold } from "../../packages/gateway/src/responses/conversation.js"
 import { callsOf as recordedCalls, isPrefix, type Running, startGateway } from "./harness.js"
 import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
 
@@ -126,6 +128,18 @@ describe("Responses API", () => {
     expect(refused.param).toBe("previous_response_id")
     expect(await other.openai.responses.retrieve(first.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
     expect((await callsOf(other.rolloutId)).map((c) => c.status)).toEqual([400])
+    // The Gateway keeps an attempt's responses folded call by call; folded that way (a turn, then
+    // the next) they are what the store's calls give when read afresh, after a restart say.
+    const attemptId = (await gw.admin(`/api/rollouts/${rolloutId}`)).json.attempts[0].id
+    const all = await Effect.runPromise(gw.store.calls(attemptId))
+    const fold = responsesFold()
+    for (const call of [all[0]!, all[0]!, all[1]!, all[0]!]) fold.add(call) // earlier calls again are skipped
+    expect(await Effect.runPromise(gw.store.calls(attemptId, all[0]!.seq))).toEqual([all[1]])
+    const fresh = recordedResponses(all)
+    expect([...fold.recorded.byId.keys()]).toEqual([first.id, second.id])
+    const view = (r: RecordedResponses) => [...r.byId.values()].map((x) => [x.conversation.messages, x.reply, x.stored, x.body])
+    expect(view(fold.recorded)).toEqual(view(fresh))
+    expect((await openai.responses.retrieve(second.id)).output_text).toBe("It is sunny in Paris.")
   })
 
   it("resolves item_reference to this attempt's stored output items; store: false keeps a response out of reach", async () => {

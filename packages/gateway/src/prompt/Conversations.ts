@@ -3,12 +3,12 @@
  * miss (after a restart, or when the attempt fell out of the cache), so reuse never depends on
  * the process having seen the earlier calls.
  */
-import type { ChatMessage, LlmCall } from "@reins/protocol"
+import type { ChatMessage, LlmCall, StoreError } from "@reins/protocol"
 import { Effect, Either } from "effect"
 import { replyOfMessage, toConversation as messagesConversation } from "../anthropic/conversation.js"
 import { validateMessages } from "../anthropic/request.js"
 import type { Conversation } from "../calls/plan.js"
-import { recordedResponses } from "../responses/conversation.js"
+import { recordedResponses, type RecordedResponses, responsesFold } from "../responses/conversation.js"
 import type { StoreService } from "../store/Store.js"
 import { messageKeys, type Reply, toolsKey } from "./keys.js"
 import type { Turn } from "./reuse.js"
@@ -86,6 +86,27 @@ export const turnsOfCalls = (calls: ReadonlyArray<LlmCall>): Array<Turn> => {
 export interface Conversations {
   readonly turns: (attemptId: string) => Effect.Effect<ReadonlyArray<Turn>>
   readonly add: (attemptId: string, turn: Turn) => void
+  /**
+   * The attempt's recorded Responses (for `previous_response_id`, `item_reference` and `GET`):
+   * kept folded per attempt, so each request reads only the calls recorded since the last one.
+   */
+  readonly responses: (attemptId: string) => Effect.Effect<RecordedResponses, StoreError>
+}
+
+/** A small LRU: `get` refreshes an entry, `set` drops the oldest beyond `capacity`. */
+const lru = <A>(capacity: number) => {
+  const entries = new Map<string, A>()
+  const set = (id: string, value: A) => {
+    entries.delete(id)
+    entries.set(id, value)
+    while (entries.size > capacity) entries.delete(entries.keys().next().value!)
+  }
+  const get = (id: string) => {
+    const hit = entries.get(id)
+    if (hit !== undefined) set(id, hit)
+    return hit
+  }
+  return { get, set }
 }
 
 /**
@@ -94,25 +115,18 @@ export interface Conversations {
  * Loading failures degrade to "no earlier turns" (logged), never to a failed call.
  */
 export const make = (store: StoreService, capacity = 256, turnsPerAttempt = 64): Conversations => {
-  const cache = new Map<string, Array<Turn>>()
-  const touch = (id: string, turns: Array<Turn>) => {
-    cache.delete(id)
-    cache.set(id, turns)
-    while (cache.size > capacity) cache.delete(cache.keys().next().value!)
-  }
+  const cache = lru<Array<Turn>>(capacity)
+  const folds = lru<ReturnType<typeof responsesFold>>(capacity)
   return {
     turns: (attemptId) =>
       Effect.suspend(() => {
         const hit = cache.get(attemptId)
-        if (hit !== undefined) {
-          touch(attemptId, hit)
-          return Effect.succeed(hit)
-        }
+        if (hit !== undefined) return Effect.succeed(hit)
         return store.calls(attemptId).pipe(
           Effect.map((calls) => {
             // A concurrent call may have filled the entry meanwhile: keep what it added.
             const turns = cache.get(attemptId) ?? turnsOfCalls(calls).slice(-turnsPerAttempt)
-            touch(attemptId, turns)
+            cache.set(attemptId, turns)
             return turns
           }),
           Effect.catchAll((e) => Effect.logWarning(`prompt reuse: cannot load calls of ${attemptId}: ${e.message}`).pipe(Effect.as([])))
@@ -123,6 +137,16 @@ export const make = (store: StoreService, capacity = 256, turnsPerAttempt = 64):
       if (turns === undefined) return
       turns.push(turn)
       if (turns.length > turnsPerAttempt) turns.shift()
-    }
+    },
+    responses: (attemptId) =>
+      Effect.suspend(() => {
+        const fold = folds.get(attemptId) ?? responsesFold()
+        folds.set(attemptId, fold)
+        // Folding skips what is already in (a concurrent request may have read the same calls).
+        return Effect.map(store.calls(attemptId, fold.lastSeq()), (calls) => {
+          for (const call of calls) fold.add(call)
+          return fold.recorded
+        })
+      })
   }
 }

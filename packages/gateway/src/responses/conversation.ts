@@ -159,36 +159,51 @@ export interface RecordedResponse {
   readonly reply: Reply
   /** Chainable by `previous_response_id` / retrievable by `GET` (`store` was not false). */
   readonly stored: boolean
+  /** The response as it was sent (what `GET /v1/responses/{id}` returns). */
+  readonly body: unknown
 }
 
 /**
- * The successful Responses calls of an attempt, in order, each with its whole conversation: a
- * call's `previous_response_id` is resolved from the calls before it (what the store keeps per
- * attempt). Calls that cannot be decoded any more are skipped.
+ * The successful Responses calls of an attempt, folded in `seq` order, each with its whole
+ * conversation: a call's `previous_response_id` is resolved from the calls before it (what the
+ * store keeps per attempt). Calls that cannot be decoded any more are skipped. Incremental, so
+ * a long conversation is not re-decoded at every turn (see `Conversations.responses`); calls at or
+ * before the last one folded are ignored.
  */
-export const recordedResponses = (calls: ReadonlyArray<LlmCall>): RecordedResponses => {
+export const responsesFold = () => {
   const byId = new Map<string, RecordedResponse>()
   const items = new Map<string, ConversationItem>()
   const lookup: ItemLookup = (id) => items.get(id)
-  for (const call of calls) {
-    if (call.endpoint !== "responses" || call.status !== 200) continue
+  let lastSeq = 0
+  const add = (call: LlmCall) => {
+    if (call.seq <= lastSeq) return
+    lastSeq = call.seq
+    if (call.endpoint !== "responses" || call.status !== 200) return
     const response = call.response as Json | null
     const r = validateResponses(call.request)
-    if (response === null || typeof response.id !== "string" || Either.isLeft(r)) continue
+    if (response === null || typeof response.id !== "string" || Either.isLeft(r)) return
     const previousId = r.right.previous_response_id ?? null
     const previous = previousId === null ? undefined : byId.get(previousId)
     const input = resolveReferences(r.right.input, lookup)
-    if ((previousId !== null && previous === undefined) || Either.isLeft(input)) continue
+    if ((previousId !== null && previous === undefined) || Either.isLeft(input)) return
     const reply = replyOfResponse(response)
     const stored = r.right.store !== false
-    byId.set(response.id, { id: response.id, conversation: toConversation(call.request, r.right, input.right, historyOf(previous)), reply, stored })
-    if (!stored) continue
+    byId.set(response.id, { id: response.id, conversation: toConversation(call.request, r.right, input.right, historyOf(previous)), reply, stored, body: response })
+    if (!stored) return
     for (const out of (response.output ?? []) as ReadonlyArray<Json>) {
       const item = typeof out?.id === "string" ? asConversationItem(out) : null
       if (item !== null) items.set(out.id, item)
     }
   }
-  return { byId, lookup }
+  const recorded: RecordedResponses = { byId, lookup }
+  return { add, recorded, lastSeq: () => lastSeq }
+}
+
+/** The recorded responses of an attempt's calls (all of them, in `seq` order). */
+export const recordedResponses = (calls: ReadonlyArray<LlmCall>): RecordedResponses => {
+  const fold = responsesFold()
+  for (const call of calls) fold.add(call)
+  return fold.recorded
 }
 
 /** An attempt's stored responses by response id, and their output items by item id. */

@@ -139,8 +139,8 @@ export interface StoreService {
   /** Durable when it succeeds; assigns the call's id and its sequence number within the attempt. */
   readonly recordCall: (call: NewCall) => Effect.Effect<LlmCall, StoreError | NotFound>
   readonly call: (id: string) => Effect.Effect<LlmCall, StoreError | NotFound>
-  /** The calls of an attempt in `seq` order. */
-  readonly calls: (attemptId: string) => Effect.Effect<ReadonlyArray<LlmCall>, StoreError>
+  /** The calls of an attempt in `seq` order (only those after `afterSeq` when given). */
+  readonly calls: (attemptId: string, afterSeq?: number) => Effect.Effect<ReadonlyArray<LlmCall>, StoreError>
   readonly addReward: (reward: NewReward) => Effect.Effect<Reward, StoreError | NotFound>
   /** Everything recorded for a rollout, calls with their request and response bodies (the dashboard's read). */
   readonly rollout: (id: string) => Effect.Effect<RolloutDetail, StoreError | NotFound>

@@ -14,7 +14,7 @@ import { type CallContext, recordError } from "../../calls/env.js"
 import { planConversation } from "../../calls/plan.js"
 import { relay } from "../../calls/relay.js"
 import { relayedResponses } from "../../responses/relayed.js"
-import { historyOf, type RecordedResponses, recordedResponses, resolveReferences, toConversation } from "../../responses/conversation.js"
+import { historyOf, type RecordedResponses, resolveReferences, toConversation } from "../../responses/conversation.js"
 import { responseId, responsesEncoder } from "../../responses/encoder.js"
 import { type ConversationItem, type ResponsesRequest, validateResponses } from "../../responses/request.js"
 import { readJsonText } from "../body.js"
@@ -33,7 +33,7 @@ const continued = (env: AppEnv, attemptId: string, r: ResponsesRequest): Effect.
   const id = r.previous_response_id ?? null
   const refers = id !== null || r.input.some((i) => i.type === "item_reference")
   const none = { byId: new Map(), lookup: () => undefined } satisfies RecordedResponses
-  return (refers ? env.store.calls(attemptId).pipe(Effect.map(recordedResponses), Effect.mapError((e) => internal(`the store failed: ${e.message}`))) : Effect.succeed(none)).pipe(
+  return (refers ? env.conversations.responses(attemptId).pipe(Effect.mapError((e) => internal(`the store failed: ${e.message}`))) : Effect.succeed(none)).pipe(
     Effect.flatMap((recorded: RecordedResponses) => {
       const previous = id === null ? undefined : recorded.byId.get(id)
       if (id !== null && (previous === undefined || !previous.stored)) return Effect.fail(previousNotFound(id))
@@ -87,9 +87,8 @@ export const getResponse = (env: AppEnv) =>
     const request = yield* HttpServerRequest.HttpServerRequest
     const attempt = yield* attemptOfKey(env.store, request.headers)
     const id = decodeURIComponent(new URL(request.url, "http://x").pathname.replace(/^\/v1\/responses\//, ""))
-    const calls = yield* env.store.calls(attempt.id).pipe(Effect.mapError((e) => internal(`the store failed: ${e.message}`)))
-    const found = recordedResponses(calls).byId.get(id)
+    const recorded = yield* env.conversations.responses(attempt.id).pipe(Effect.mapError((e) => internal(`the store failed: ${e.message}`)))
+    const found = recorded.byId.get(id)
     if (found === undefined || !found.stored) return yield* Effect.fail(notFound(`No response with id '${id}' in this attempt.`, "response_not_found"))
-    const call = calls.find((c) => c.endpoint === "responses" && (c.response as { id?: unknown } | null)?.id === id)!
-    return HttpServerResponse.unsafeJson(call.response)
+    return HttpServerResponse.unsafeJson(found.body)
   })

@@ -251,7 +251,7 @@ const makeService = (db: Database.Database, published: PubSub.PubSub<StoreEvent>
 
     call: (id) => Effect.flatMap(read(() => row(st.call, id)), (r) => Effect.map(found(r, notFound("call", id)), toCall)),
 
-    calls: (attemptId) => read(() => rows(st.callsOfAttempt, attemptId).map(toCall)),
+    calls: (attemptId, afterSeq = 0) => read(() => rows(st.callsOfAttempt, attemptId, afterSeq).map(toCall)),
 
     addReward: (reward) =>
       write((emit) => {

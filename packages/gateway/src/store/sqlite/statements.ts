@@ -41,7 +41,7 @@ export const prepareStatements = (db: Database.Database) => {
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     call: q(`SELECT * FROM calls WHERE id = ?`),
     callOfAttempt: q(`SELECT id FROM calls WHERE id = ? AND attempt_id = ?`),
-    callsOfAttempt: q(`SELECT * FROM calls WHERE attempt_id = ? ORDER BY seq`),
+    callsOfAttempt: q(`SELECT * FROM calls WHERE attempt_id = ? AND seq > ? ORDER BY seq`),
     // Attempts in order, then each one's calls by the (attempt_id, seq) index: no sort, no scan.
     callsOfRollout: q(`SELECT calls.* FROM attempts CROSS JOIN calls ON calls.attempt_id = attempts.id WHERE attempts.rollout_id = ? ORDER BY attempts.idx, calls.seq`),
     traceCallsOfRollout: q(`SELECT ${CALL_WITHOUT_BODIES} FROM attempts CROSS JOIN calls ON calls.attempt_id = attempts.id WHERE attempts.rollout_id = ? ORDER BY attempts.idx, calls.seq`),
