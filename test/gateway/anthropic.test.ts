@@ -6,39 +6,23 @@
  * refusal in Anthropic's error shape.
  */
 import Anthropic from "@anthropic-ai/sdk"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { callsOf as recordedCalls, isPrefix, type Running, startGateway } from "./harness.js"
-import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
+import { describe, expect, it } from "vitest"
+import { callsOf as recordedCalls, isPrefix, type Running } from "./harness.js"
+import { serveTinyPolicy, type TinyPolicy, WEATHER } from "./policy.js"
 
 const inputSchema = { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
 const tools: Array<Anthropic.Tool> = [{ name: "get_weather", description: "Weather of a city", input_schema: inputSchema as Anthropic.Tool.InputSchema }]
 const chatTools = [{ type: "function" as const, function: { name: "get_weather", description: "Weather of a city", parameters: inputSchema } }]
-const paris = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-const HELLO = "Hello there, I am fine."
-const SYSTEM = "You are a weather bot."
-
-const conversations: Array<Conversation> = [
-  {
-    tools: chatTools,
-    steps: [
-      { add: [{ role: "system", content: SYSTEM }, { role: "user", content: "What is the weather in Paris?" }], reply: paris },
-      { add: [{ role: "tool", tool_call_id: "call_0_0", content: "sun, 25C" }], reply: "It is sunny in Paris." }
-    ]
-  },
-  { steps: [{ add: [{ role: "user", content: "Hi!" }], reply: HELLO }] }
-]
+const HELLO = WEATHER.hello
+const SYSTEM = WEATHER.system
 
 let policy: TinyPolicy
 let gw: Running
 let MODEL: string
-beforeAll(async () => {
-  policy = await tinyPolicy({ conversations })
-  MODEL = policy.modelId
-  gw = await startGateway(policy.backend)
-}, 120_000)
-afterAll(async () => {
-  await gw?.close()
-  await policy?.close()
+serveTinyPolicy({ conversations: WEATHER.conversations(chatTools) }, (s) => {
+  policy = s.policy
+  gw = s.gw
+  MODEL = s.policy.modelId
 })
 
 /** The SDK as a harness uses it: ANTHROPIC_BASE_URL is the Gateway (without /v1), the attempt key as the API key. */

@@ -6,9 +6,9 @@
 import { ChatTemplate, DEFAULT_CHAT_TEMPLATE } from "@reins/policy"
 import OpenAI from "openai"
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { isPrefix, type Running, startGateway } from "./harness.js"
-import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
+import { type Conversation, serveTinyPolicy, type TinyPolicy } from "./policy.js"
 
 const tools: Array<ChatCompletionTool> = [
   { type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }
@@ -36,14 +36,10 @@ const conversations: Array<Conversation> = [
 let policy: TinyPolicy
 let gw: Running
 let MODEL: string
-beforeAll(async () => {
-  policy = await tinyPolicy({ conversations })
-  MODEL = policy.modelId
-  gw = await startGateway(policy.backend)
-}, 120_000)
-afterAll(async () => {
-  await gw?.close()
-  await policy?.close()
+serveTinyPolicy({ conversations }, (s) => {
+  policy = s.policy
+  gw = s.gw
+  MODEL = s.policy.modelId
 })
 
 const client = async () => {

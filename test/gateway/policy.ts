@@ -25,6 +25,8 @@ import {
 } from "@reins/policy"
 import { type ChatMessage, type ChatTool, GenerateRequest, SamplingParams } from "@reins/protocol"
 import { Chunk, Effect, Exit, Layer, Scope, Stream } from "effect"
+import { afterAll, beforeAll } from "vitest"
+import { type Running, startGateway } from "./harness.js"
 
 /** One reply the model must learn: after `add` is appended to the conversation, it answers `reply`. */
 export interface Step {
@@ -206,4 +208,39 @@ export const tinyPolicy = async (
     },
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))
   }
+}
+
+/**
+ * For the tests of one file: before them, a tiny policy taught `options.conversations` and a
+ * Gateway serving it (handed to `started`); after them, both closed, even when starting failed.
+ */
+export const serveTinyPolicy = (options: Parameters<typeof tinyPolicy>[0], started: (served: { readonly policy: TinyPolicy; readonly gw: Running }) => void) => {
+  let policy: TinyPolicy | undefined
+  let gw: Running | undefined
+  beforeAll(async () => {
+    policy = await tinyPolicy(options)
+    gw = await startGateway(policy.backend)
+    started({ policy, gw })
+  }, 120_000)
+  afterAll(async () => {
+    await gw?.close()
+    await policy?.close()
+  })
+}
+
+/** The weather tool's two taught conversations (a Paris tool loop; a greeting), in chat form. */
+export const WEATHER = {
+  system: "You are a weather bot.",
+  hello: "Hello there, I am fine.",
+  paris: '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+  conversations: (tools: Conversation["tools"]): Array<Conversation> => [
+    {
+      tools,
+      steps: [
+        { add: [{ role: "system", content: WEATHER.system }, { role: "user", content: "What is the weather in Paris?" }], reply: WEATHER.paris },
+        { add: [{ role: "tool", tool_call_id: "call_0_0", content: "sun, 25C" }], reply: "It is sunny in Paris." }
+      ]
+    },
+    { steps: [{ add: [{ role: "user", content: "Hi!" }], reply: WEATHER.hello }] }
+  ]
 }

@@ -8,40 +8,25 @@
 import OpenAI from "openai"
 import type { FunctionTool, ResponseInputItem, ResponseStreamEvent } from "openai/resources/responses/responses"
 import { Effect } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { type RecordedResponses, recordedResponses, responsesFold } from "../../packages/gateway/src/responses/conversation.js"
-import { callsOf as recordedCalls, isPrefix, type Running, startGateway } from "./harness.js"
-import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
+import { callsOf as recordedCalls, isPrefix, type Running } from "./harness.js"
+import { serveTinyPolicy, type TinyPolicy, WEATHER } from "./policy.js"
 
 const parameters = { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
 const tools: Array<FunctionTool> = [{ type: "function", name: "get_weather", description: "Weather of a city", parameters, strict: false }]
 const chatTools = [{ type: "function" as const, function: { name: "get_weather", description: "Weather of a city", parameters, strict: false } }]
-const paris = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-const HELLO = "Hello there, I am fine."
-const SYSTEM = "You are a weather bot."
-
-const conversations: Array<Conversation> = [
-  {
-    tools: chatTools,
-    steps: [
-      { add: [{ role: "system", content: SYSTEM }, { role: "user", content: "What is the weather in Paris?" }], reply: paris },
-      { add: [{ role: "tool", tool_call_id: "call_0_0", content: "sun, 25C" }], reply: "It is sunny in Paris." }
-    ]
-  },
-  { steps: [{ add: [{ role: "user", content: "Hi!" }], reply: HELLO }] }
-]
+const paris = WEATHER.paris
+const HELLO = WEATHER.hello
+const SYSTEM = WEATHER.system
 
 let policy: TinyPolicy
 let gw: Running
 let MODEL: string
-beforeAll(async () => {
-  policy = await tinyPolicy({ conversations })
-  MODEL = policy.modelId
-  gw = await startGateway(policy.backend)
-}, 120_000)
-afterAll(async () => {
-  await gw?.close()
-  await policy?.close()
+serveTinyPolicy({ conversations: WEATHER.conversations(chatTools) }, (s) => {
+  policy = s.policy
+  gw = s.gw
+  MODEL = s.policy.modelId
 })
 
 const callsOf = (rolloutId: string) => recordedCalls(gw, rolloutId)

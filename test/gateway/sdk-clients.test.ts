@@ -12,9 +12,9 @@ import { createOpenAI } from "@ai-sdk/openai"
 import { Agent, OpenAIProvider, Runner, tool as agentTool } from "@openai/agents"
 import { generateText, jsonSchema, stepCountIs, streamText, tool } from "ai"
 import OpenAI from "openai"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Running, startGateway } from "./harness.js"
-import { type Conversation, tinyPolicy, type TinyPolicy } from "./policy.js"
+import { describe, expect, it } from "vitest"
+import type { Running } from "./harness.js"
+import { type Conversation, serveTinyPolicy, type TinyPolicy } from "./policy.js"
 
 // The anthropic provider warns that it does not know the model's output limit: expected here.
 ;(globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false
@@ -38,19 +38,15 @@ const taught = (tools: Conversation["tools"]): Conversation => ({
 let policy: TinyPolicy
 let gw: Running
 let MODEL: string
-beforeAll(async () => {
-  policy = await tinyPolicy({
-    conversations: [
-      taught([{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: agentsSchema, strict: false } }]),
-      taught([{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: schema } }])
-    ]
-  })
-  MODEL = policy.modelId
-  gw = await startGateway(policy.backend)
-}, 120_000)
-afterAll(async () => {
-  await gw?.close()
-  await policy?.close()
+serveTinyPolicy({
+  conversations: [
+    taught([{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: agentsSchema, strict: false } }]),
+    taught([{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: schema } }])
+  ]
+}, (s) => {
+  policy = s.policy
+  gw = s.gw
+  MODEL = s.policy.modelId
 })
 
 /** Every call recorded with its exact tokens, the second extending the first. */
