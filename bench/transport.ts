@@ -11,6 +11,9 @@
  * MB/s counts token bytes both ways (request + echoed reply). The server half runs in a child
  * process started from this same file (`transport --serve`).
  */
+import { SocketServer } from "@effect/platform"
+import { NodeSocket, NodeSocketServer } from "@effect/platform-node"
+import { RpcClient, RpcSerialization, RpcServer } from "@effect/rpc"
 import { ActorSystem, Actor, Cluster, Node, Packed, Rpc, RpcGroup } from "@reins/runtime"
 import { Context, Effect, Layer, Redacted, Schema } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -23,11 +26,17 @@ import { Packr, Unpackr } from "msgpackr"
 import { WebSocket, WebSocketServer } from "ws"
 import { percentile, writeReport } from "./report.js"
 
-const EchoActor = Actor.make(
-  "echo",
-  RpcGroup.make(Rpc.make("Echo", { payload: { ids: Packed.Int32 }, success: Schema.Struct({ ids: Packed.Int32 }) }))
-)
+const EchoRpcs = RpcGroup.make(Rpc.make("Echo", { payload: { ids: Packed.Int32 }, success: Schema.Struct({ ids: Packed.Int32 }) }))
+const EchoActor = Actor.make("echo", EchoRpcs)
 const echoLayer = EchoActor.toLayer({ Echo: ({ ids }) => Effect.succeed({ ids }) })
+
+/** The same group served by @effect/rpc's own server and socket protocol, msgpack frames. */
+const effectRpcServer = RpcServer.layer(EchoRpcs).pipe(
+  Layer.provide(EchoRpcs.toLayer({ Echo: ({ ids }) => Effect.succeed({ ids }) })),
+  Layer.provide(RpcServer.layerProtocolSocketServer),
+  Layer.provide(RpcSerialization.layerMsgPack),
+  Layer.provideMerge(NodeSocketServer.layerWebSocket({ host: "127.0.0.1", port: 0, perMessageDeflate: false }))
+)
 
 const SIZES = { small: 8, tok2k: 2048 } as const
 const ROUNDS = 3
@@ -69,10 +78,12 @@ const serve = async () => {
   const secret = process.env.BENCH_SECRET!
   const program = Effect.gen(function*() {
     const node = yield* Node.CurrentNode
-    process.stdout.write(`${JSON.stringify({ baselinePort, reins: node.address })}\n`)
+    const rpc = (yield* SocketServer.SocketServer).address
+    const rpcPort = rpc._tag === "TcpAddress" ? rpc.port : -1
+    process.stdout.write(`${JSON.stringify({ baselinePort, reins: node.address, rpcPort })}\n`)
     return yield* Effect.never
   }).pipe(
-    Effect.provide(Node.layer({ dataDir: dir, secret: Redacted.make(secret) }, echoLayer)),
+    Effect.provide(Layer.merge(Node.layer({ dataDir: dir, secret: Redacted.make(secret) }, echoLayer), effectRpcServer)),
     Effect.ensuring(Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
   )
   const quit = () => {
@@ -175,7 +186,7 @@ const main = async (seconds: number) => {
     stdio: ["pipe", "pipe", "inherit"]
   })
   try {
-    const ready = await new Promise<{ baselinePort: number; reins: string }>((resolve, reject) => {
+    const ready = await new Promise<{ baselinePort: number; reins: string; rpcPort: number }>((resolve, reject) => {
       let out = ""
       child.stdout!.on("data", (d) => {
         out += d.toString()
@@ -187,13 +198,17 @@ const main = async (seconds: number) => {
     child.stdout!.resume()
 
     const bare = await baselineClient(ready.baselinePort)
-    const { baseline, reins, inProcess } = await Effect.runPromise(
+    const { baseline, reins, effectRpc, inProcess } = await Effect.runPromise(
       Effect.gen(function*() {
         const client = yield* Cluster.connect({ join: ready.reins, secret: Redacted.make(secret) })
         const remoteEcho = yield* Effect.provideService(EchoActor.client, ActorSystem, client.system)
+        const protocol = yield* Layer.build(
+          RpcClient.layerProtocolSocket().pipe(Layer.provide(NodeSocket.layerWebSocket(`ws://127.0.0.1:${ready.rpcPort}`)), Layer.provide(RpcSerialization.layerMsgPack))
+        )
+        const rpcEcho = yield* Effect.provide(RpcClient.make(EchoRpcs), protocol)
         const local = yield* Layer.build(Layer.provideMerge(echoLayer, ActorSystem.layerLocal()))
         const localEcho = yield* Effect.provideService(EchoActor.client, ActorSystem, Context.get(local, ActorSystem))
-        const results = { baseline: {} as Record<string, Result>, reins: {} as Record<string, Result>, inProcess: {} as Record<string, Result> }
+        const results = { baseline: {} as Record<string, Result>, reins: {} as Record<string, Result>, effectRpc: {} as Record<string, Result>, inProcess: {} as Record<string, Result> }
         for (const [size, inFlight] of allCases) {
           const ids = payload(SIZES[size])
           const check = (reply: { readonly ids: Int32Array }) =>
@@ -202,24 +217,32 @@ const main = async (seconds: number) => {
             if ((await bare.call(ids)).length !== ids.length) throw new Error("bad echo")
           }
           const remoteCall = Effect.flatMap(remoteEcho.Echo({ ids }), check)
+          const rpcCall = Effect.flatMap(rpcEcho.Echo({ ids }), check)
           const localCall = Effect.flatMap(localEcho.Echo({ ids }), check)
-          const samples = { baseline: { latencies: [], elapsed: 0 }, reins: { latencies: [], elapsed: 0 }, inProcess: { latencies: [], elapsed: 0 } } satisfies Record<string, Samples>
+          const samples = {
+            baseline: { latencies: [], elapsed: 0 },
+            reins: { latencies: [], elapsed: 0 },
+            effectRpc: { latencies: [], elapsed: 0 },
+            inProcess: { latencies: [], elapsed: 0 }
+          } satisfies Record<string, Samples>
           const warm = { latencies: [], elapsed: 0 }
           yield* Effect.promise(() => loops(inFlight, WARMUP_MS, bareCall, warm))
           yield* loopsEffect(inFlight, WARMUP_MS, remoteCall, warm)
+          yield* loopsEffect(inFlight, WARMUP_MS, rpcCall, warm)
           yield* loopsEffect(inFlight, WARMUP_MS, localCall, warm)
           // interleaved rounds, so that load from elsewhere on the machine hits both alike
           const roundMs = (seconds * 1000) / ROUNDS
           for (let round = 0; round < ROUNDS; round++) {
             yield* Effect.promise(() => loops(inFlight, roundMs, bareCall, samples.baseline))
             yield* loopsEffect(inFlight, roundMs, remoteCall, samples.reins)
+            yield* loopsEffect(inFlight, roundMs, rpcCall, samples.effectRpc)
             yield* loopsEffect(inFlight, roundMs, localCall, samples.inProcess)
           }
           const key = `${size}_${inFlight}`
-          results.baseline[key] = summarize(size, samples.baseline.latencies, samples.baseline.elapsed)
-          results.reins[key] = summarize(size, samples.reins.latencies, samples.reins.elapsed)
-          results.inProcess[key] = summarize(size, samples.inProcess.latencies, samples.inProcess.elapsed)
-          console.log(key, { baseline: results.baseline[key], reins: results.reins[key], in_process: results.inProcess[key] })
+          for (const name of ["baseline", "reins", "effectRpc", "inProcess"] as const) {
+            results[name][key] = summarize(size, samples[name].latencies, samples[name].elapsed)
+          }
+          console.log(key, { baseline: results.baseline[key], reins: results.reins[key], effect_rpc: results.effectRpc[key], in_process: results.inProcess[key] })
         }
         return results
       }).pipe(Effect.scoped)
@@ -228,9 +251,13 @@ const main = async (seconds: number) => {
 
     const ratio = reins.tok2k_64!.msgs_per_s / baseline.tok2k_64!.msgs_per_s
     const p99Ratio = reins.tok2k_64!.p99_ms / baseline.tok2k_64!.p99_ms
+    // Would @effect/rpc's own protocol do instead of reins's Transport (issue 19: at >= 0.9x)?
+    const rpcVsReins = Object.fromEntries(
+      allCases.map(([size, n]) => [`${size}_${n}`, Number((effectRpc[`${size}_${n}`]!.msgs_per_s / reins[`${size}_${n}`]!.msgs_per_s).toFixed(3))])
+    )
     const rows = allCases.flatMap(([size, n]) => {
       const key = `${size}_${n}`
-      return ([["ws+msgpackr", baseline], ["reins actor", reins], ["in-process actor", inProcess]] as const).map(([name, r]) => [
+      return ([["ws+msgpackr", baseline], ["reins actor", reins], ["@effect/rpc socket", effectRpc], ["in-process actor", inProcess]] as const).map(([name, r]) => [
         key,
         name,
         n,
@@ -247,6 +274,8 @@ const main = async (seconds: number) => {
         payload_tokens: SIZES,
         baseline,
         reins,
+        effect_rpc: effectRpc,
+        effect_rpc_vs_reins: rpcVsReins,
         in_process: inProcess,
         ratio_tok2k_64: Number(ratio.toFixed(3)),
         p99_ratio_tok2k_64: Number(p99Ratio.toFixed(3)),
@@ -263,6 +292,7 @@ const main = async (seconds: number) => {
             bars: [
               { series: "ws+msgpackr", value: baseline[key]!.msgs_per_s },
               { series: "reins actor (cross-node)", value: reins[key]!.msgs_per_s },
+              { series: "@effect/rpc socket protocol", value: effectRpc[key]!.msgs_per_s },
               { series: "reins actor (in-process)", value: inProcess[key]!.msgs_per_s }
             ]
           }
@@ -273,6 +303,7 @@ const main = async (seconds: number) => {
         "Baseline: bare ws + msgpackr, [id, bytes] echoed by the server (unpacked into an Int32Array and packed back).",
         "reins: a client process calls the `echo` actor on a node in the other process (Schema-encoded Packed.Int32, msgpack frames, authenticated websocket).",
         `ratio_tok2k_64 = ${ratio.toFixed(3)} (goal >= 0.5); p99 ratio = ${p99Ratio.toFixed(3)} (goal <= 3).`,
+        `@effect/rpc's own socket protocol (RpcServer.layerProtocolSocketServer on a ws server, RpcClient.layerProtocolSocket, msgpack), same RpcGroup, msgs/s over reins's per case: ${Object.entries(rpcVsReins).map(([k, v]) => `${k} ${v}`).join(", ")} (issue 19 replaces reins's Transport with it at >= 0.9x). It has no cluster handshake or secret, membership, or node routing: those would stay reins's either way.`,
         "In-process actor calls pass the Int32Array by reference (no serialization).",
         "Tuning that got reins from ~0.25x to parity on tok2k_64 (same machine, measured with this bench): frames sent in one event-loop turn are batched into one websocket message (the first goes at once); incoming frames of a connection run on one fiber instead of a fiber each; client frames use an all-zero mask (ws skips the XOR pass); RpcClient's per-call payload validation (payloadSchema.make, ~15 us for a struct with a packed field) is skipped since the wire encoding validates anyway; replies are encoded from the success schema alone when they succeed.",
         "The machine is shared with other CPU-heavy jobs: absolute numbers swing 2-3x between runs, so compare rows of the same run (the rounds are interleaved for that reason)."
