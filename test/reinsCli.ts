@@ -14,8 +14,9 @@ const children = new Set<ChildProcess>()
  * as a user runs it — and starts ~1 s faster than through tsx, which adds up over the suite.
  */
 export const reinsEnv = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => {
-  const options = (process.env.NODE_OPTIONS ?? "").split(/\s+/).filter((o) => o !== "" && o !== "--conditions=reins-source").join(" ")
-  return { ...process.env, NODE_OPTIONS: options, ...extra }
+  const env = { ...process.env, ...extra }
+  const options = (env.NODE_OPTIONS ?? "").split(/\s+/).filter((o) => o !== "" && o !== "--conditions=reins-source").join(" ")
+  return { ...env, NODE_OPTIONS: options }
 }
 
 /** SIGKILLs every child still running (call from `afterAll`). */

@@ -4,8 +4,12 @@
  * token from `REINS_ADMIN_TOKEN` or `--data DIR`). The token view is in ANSI colours on a
  * terminal (or with FORCE_COLOR; NO_COLOR turns them off).
  */
-import { Args, Command, Options } from "@effect/cli"
-import { Console, Effect, Option } from "effect"
+import * as Args from "@effect/cli/Args"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { failWith } from "./node.js"
 import { adminToken, getJson, RolloutDetail, RolloutList, RolloutTokens } from "./rolloutsApi.js"
 import { detailText, listTable, tokenText } from "./rolloutsFormat.js"

@@ -3,7 +3,9 @@
  * reply decoded with a schema of the fields the command shows (unknown ones are kept for
  * `--json`). Every failure is one sentence: unreachable Gateway, refused token, the API's error.
  */
-import { Data, Effect, Schema } from "effect"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { readFileSync } from "node:fs"
 import path from "node:path"
 

@@ -2,8 +2,10 @@
  * `reins ui [--url URL] [--data DIR]`: where a running Gateway's dashboard is and how to log in.
  * Checks that the Gateway answers first, so a wrong address is said now, not in the browser.
  */
-import { Command, Options } from "@effect/cli"
-import { Console, Effect } from "effect"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import { existsSync } from "node:fs"
 import path from "node:path"
 import { failWith } from "./node.js"
