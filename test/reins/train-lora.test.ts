@@ -4,6 +4,8 @@
  * the base, which stays byte-for-byte as it was; each checkpoint loads as base + merged adapter,
  * and the tokens the Gateway sampled at that version have exactly the log-probabilities those
  * merged weights compute — the Gateway served base + adapter through the pause/update/resume.
+ * The split schedule does the same with two devices: the training device's adapters, merged, are
+ * what the generation device serves after each swap.
  */
 import { initBackend, loadModelDir } from "@reins/policy"
 import { Effect } from "effect"
@@ -13,7 +15,11 @@ import { afterAll, describe, expect, it } from "vitest"
 import { callsAtVersion, exitWithin, maxLogprobGap, workspace, writeTinyRun } from "./trainFixture.js"
 
 const ws = workspace("train-lora")
-afterAll(ws.cleanup)
+const split = workspace("train-lora-split")
+afterAll(() => {
+  ws.cleanup()
+  split.cleanup()
+})
 
 describe("reins train with LoRA", () => {
   it("trains adapters only, checkpoints them in PEFT layout, and serves base + adapter", async () => {
@@ -48,5 +54,21 @@ describe("reins train with LoRA", () => {
       // …and not the base's: the check can tell the two apart.
       if (version === 2) expect(await maxLogprobGap(join(ws.dir, "model"), calls)).toBeGreaterThan(1e-2)
     }
+  }, 480_000)
+
+  it("split schedule: the generation device serves the training device's merged adapters after each swap", async () => {
+    const lora = { rank: 4, alpha: 8, target_modules: ["q_proj", "v_proj", "o_proj"] }
+    await writeTinyRun(split.dir, { schedule: "split", max_versions: 3, checkpoint_every: 1, lr: 5e-3, lora })
+    const run = split.reins(["train", "run.json"])
+    expect(await exitWithin(run, 400_000), run.output()).toBe(0)
+    const runDir = join(split.dir, "runs", readdirSync(join(split.dir, "runs"))[0]!)
+    expect(readdirSync(join(runDir, "checkpoints", "v000002")).sort()).toEqual(["adapter_config.json", "adapter_model.safetensors", "optimizer.safetensors"])
+    await initBackend()
+    const storeFile = join(split.dir, ".reins", "runs", readdirSync(join(split.dir, ".reins", "runs"))[0]!, "reins.db")
+    // Sampled at version 2 (after the second swap): the merged checkpoint's logprobs, not the base's.
+    const calls = await callsAtVersion(storeFile, 2)
+    expect(calls.length).toBeGreaterThan(0)
+    expect(await maxLogprobGap(join(runDir, "checkpoints", "v000002"), calls)).toBeLessThan(1e-3)
+    expect(await maxLogprobGap(join(split.dir, "model"), calls)).toBeGreaterThan(1e-2)
   }, 480_000)
 })
