@@ -14,7 +14,7 @@
  */
 import { isContextFull, isHarnessError, type TrainerConfig } from "@reins/protocol"
 import type { Node } from "@reins/runtime"
-import { latestCheckpoint, TrainerError, type TrainerEvent, truncateMetrics } from "@reins/trainer"
+import { latestCheckpoint, type TrainerEvent, truncateMetrics } from "@reins/trainer"
 import { Effect, Stream } from "effect"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import path from "node:path"
@@ -129,10 +129,6 @@ export const train = (options: TrainOptions) => {
     localLauncher: options.cluster?.localLauncher ?? true,
     http: options.http,
     publicUrl: options.publicUrl
-  }
-  if (options.cluster !== undefined && options.trainer.lora !== undefined) {
-    // A joined run's device lives on another node, which loads its model without adapters.
-    return Effect.fail(new TrainerError({ operation: "start", message: "trainer.lora: LoRA runs need their device on this node (not supported with --join yet)" }))
   }
   const layer = options.cluster === undefined ? Reins.local(reinsOptions) : Reins.connect(options.cluster.node, reinsOptions)
   return runWith(options).pipe(Effect.scoped, Effect.provide(layer))
