@@ -4,7 +4,7 @@
  * the device is (the Trainer's worker); the Gateway reaches it by message, so nothing here
  * touches tensors. `EngineGenerator` adapts the policy engine to this interface.
  */
-import type { FinishReason, GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
+import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
 import { Context, Data, type Effect, type Stream } from "effect"
 
 export interface ModelInfo {
@@ -42,6 +42,3 @@ export interface GeneratorService {
 }
 
 export class Generator extends Context.Tag("@reins/gateway/Generator")<Generator, GeneratorService>() {}
-
-/** Finish reasons a harness may see (the engine's `interrupted` never reaches it). */
-export type VisibleFinishReason = Exclude<FinishReason, "interrupted" | "cancelled">

@@ -27,10 +27,6 @@ export const view = (t: tf.Tensor): Float32Array =>
 export const upload = <R extends tf.Rank>(data: Float32Array, shape: ReadonlyArray<number>): tf.Tensor<R> =>
   tf.tensor(isWasm() ? data : data.slice(), shape as Array<number>, "float32") as unknown as tf.Tensor<R>
 
-/** An int32 tensor holding a copy of `data`. */
-export const uploadInt = <R extends tf.Rank>(data: Int32Array, shape: ReadonlyArray<number>): tf.Tensor<R> =>
-  tf.tensor(isWasm() ? data : data.slice(), shape as Array<number>, "int32") as unknown as tf.Tensor<R>
-
 /**
  * Runs a custom gradient's body the way tfjs does not: inside a tidy (tfjs calls a custom
  * gradient outside any, so its temporaries would live until the whole backward pass ends), and

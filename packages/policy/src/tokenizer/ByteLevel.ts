@@ -48,15 +48,3 @@ export const bytesToVocabString = (bytes: Uint8Array): string => {
   for (const b of bytes) s += byteToChar[b]
   return s
 }
-
-/** The bytes a vocabulary string stands for, or undefined if it holds a non-alphabet char. */
-export const vocabStringToBytes = (token: string): Uint8Array | undefined => {
-  const out = new Uint8Array(token.length)
-  for (let i = 0; i < token.length; i++) {
-    const code = token.charCodeAt(i)
-    const b = code < 512 ? charToByte[code]! : -1
-    if (b < 0) return undefined
-    out[i] = b
-  }
-  return out
-}

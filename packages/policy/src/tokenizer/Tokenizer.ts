@@ -30,7 +30,7 @@
  *   `apply_chat_template`, the template writes its own.
  * Decoding renders a control id as its text, as the library does without skip_special_tokens.
  */
-import { byteToChar, charToByte } from "./ByteLevel.js"
+import { bytesToVocabString, byteToChar, charToByte } from "./ByteLevel.js"
 import { makeMergeTable, mergeWord, type MergeTable } from "./BpeMerger.js"
 import { TokenizerError } from "./TokenizerError.js"
 import { specFromJson, specToJson, type AddedToken, type TokenizerSpec } from "./TokenizerJson.js"
@@ -268,7 +268,7 @@ export class Tokenizer {
     if (cached !== undefined) return cached
     const bytes = this.utf8.encode(word)
     let ids: Int32Array
-    const whole = this.spec.ignoreMerges ? this.vocabIds.get(bytesToString(bytes)) : undefined
+    const whole = this.spec.ignoreMerges ? this.vocabIds.get(bytesToVocabString(bytes)) : undefined
     if (whole !== undefined) {
       ids = Int32Array.of(whole)
     } else {
@@ -281,12 +281,6 @@ export class Tokenizer {
     this.wordCache.set(word, ids)
     return ids
   }
-}
-
-const bytesToString = (bytes: Uint8Array): string => {
-  let s = ""
-  for (const b of bytes) s += byteToChar[b]
-  return s
 }
 
 /** A growable Int32Array. */

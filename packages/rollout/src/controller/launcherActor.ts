@@ -21,6 +21,7 @@ import {
   AttemptAlreadyRunning,
   AttemptNotAdopted,
   LauncherCapacity,
+  launcherActorName,
   LauncherFull,
   type LaunchConfigError,
   LauncherRpcs,
@@ -194,7 +195,7 @@ export const launcherActorLayer = (
       }
       return yield* makeLauncherHandlers(launcher, options)
     }),
-    { name: (node) => `rollout/${node}` }
+    { name: launcherActorName }
   )
 
 /** What stopping a node does to the Kubernetes Jobs its launcher follows. */

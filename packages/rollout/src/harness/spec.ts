@@ -4,7 +4,7 @@
  * because specs travel to launcher actors on other nodes; this module decodes user input into it
  * with errors that name the offending field.
  */
-import { HarnessSpec, LaunchConfigError, VerifierSpec } from "@reins/protocol"
+import { HarnessSpec, LaunchConfigError } from "@reins/protocol"
 import { Effect, ParseResult, Schema } from "effect"
 
 export { HarnessSpec, KubernetesHarnessSpec, VerifierSpec } from "@reins/protocol"
@@ -30,8 +30,6 @@ export const decodeHarnessSpec = (input: unknown): Effect.Effect<HarnessSpec, La
 
 /** Builds a spec in code with the defaults applied (`timeout_s` 600, `grace_s` 10, 1 MiB logs, ...). */
 export const harnessSpec = (fields: ConstructorParameters<typeof HarnessSpec>[0]): HarnessSpec => new HarnessSpec(fields)
-
-export const verifierSpec = (fields: ConstructorParameters<typeof VerifierSpec>[0]): VerifierSpec => new VerifierSpec(fields)
 
 /** A spec for the Kubernetes launcher must say which image to run. */
 export const requireKubernetes = (spec: HarnessSpec) =>

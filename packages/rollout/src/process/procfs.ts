@@ -55,20 +55,6 @@ export const groupAlive = (pgid: number): boolean => {
   return isLinux ? groupMembers(pgid).length > 0 : true
 }
 
-/** True when a single process is alive (not a zombie). */
-export const processAlive = (pid: number): boolean => {
-  if (isLinux) {
-    const st = readProcStat(pid)
-    return st !== null && st.state !== "Z" && st.state !== "X"
-  }
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM"
-  }
-}
-
 /** Whether /proc/<pid>/environ carries `name=value` (used to recognise our own harnesses after a restart). */
 export const environHas = (pid: number, name: string, value: string): boolean => {
   try {
