@@ -207,7 +207,10 @@ describe("Kubernetes rollout nodes", () => {
               Stream.runCollect,
               Effect.map((updates) => [...updates].find((u) => u._tag === "Finished"))
             ))
-        yield* poll("both launchers reachable", Effect.option(Effect.flatMap(launcher(b.id), (r) => r.Capacity())).pipe(Effect.map((o) => (o._tag === "Some" ? o : undefined))))
+        // Both, not only the joiner: a launch to a launcher this node does not know yet fails at
+        // once, inside a forked fiber, and the wait for its pod below would only time out.
+        const reachable = (id: string) => Effect.option(Effect.flatMap(launcher(id), (r) => r.Capacity()))
+        yield* poll("both launchers reachable", Effect.map(Effect.all([reachable(a.id), reachable(b.id)]), (os) => (os.every((o) => o._tag === "Some") ? os : undefined)))
         const onC = `at-c-${randomBytes(3).toString("hex")}`
         const onD = `at-d-${randomBytes(3).toString("hex")}`
         yield* Effect.forkScoped(finished(a.id, spec(onC)))
