@@ -20,11 +20,11 @@ export const encodeRendered = (tokenizer: Tokenizer, text: string, pattern: RegE
   const parts: Array<Int32Array> = []
   let last = 0
   for (const m of text.matchAll(pattern)) {
-    parts.push(tokenizer.encode(escaper.unescape(text.slice(last, m.index))))
+    parts.push(tokenizer.encode(escaper.unescape(text.slice(last, m.index)), { continues: last > 0 }))
     parts.push(Int32Array.of(tokenizer.tokenId(m[0])!))
     last = m.index + m[0].length
   }
-  parts.push(tokenizer.encode(escaper.unescape(text.slice(last))))
+  parts.push(tokenizer.encode(escaper.unescape(text.slice(last)), { continues: last > 0 }))
   return concatIds(parts)
 }
 

@@ -10,6 +10,8 @@ import type { Tokenizer } from "./Tokenizer.js"
 export class StreamDecoder {
   private utf8 = new TextDecoder("utf-8", { ignoreBOM: true })
   private ids = 0
+  /** Whether any text has come out yet: a SentencePiece-style decoder drops the first leading space. */
+  private started = false
 
   constructor(private readonly tokenizer: Tokenizer) {}
 
@@ -20,10 +22,10 @@ export class StreamDecoder {
 
   /** Feeds one id or several; returns the text that is now complete (possibly ""). */
   push(ids: number | ArrayLike<number>): string {
-    if (typeof ids === "number") return this.pushOne(ids)
+    if (typeof ids === "number") return this.emit(this.pushOne(ids))
     let text = ""
     for (let i = 0; i < ids.length; i++) text += this.pushOne(ids[i]!)
-    return text
+    return this.emit(text)
   }
 
   /**
@@ -31,7 +33,16 @@ export class StreamDecoder {
    * them. The decoder can be reused afterwards for a new stream.
    */
   flush(): string {
-    return this.utf8.decode()
+    const text = this.emit(this.utf8.decode())
+    this.started = false
+    return text
+  }
+
+  /** Drops the leading space of the stream's first text where `decode` would. */
+  private emit(text: string): string {
+    if (this.started || text.length === 0) return text
+    this.started = true
+    return this.tokenizer.stripsLeadingSpace && text.startsWith(" ") ? text.slice(1) : text
   }
 
   private pushOne(id: number): string {

@@ -1,7 +1,8 @@
 /**
- * A byte-level BPE tokenizer that reads and writes Hugging Face `tokenizer.json`: reins's own,
- * GPT-2/SmolLM2-style files, and the Qwen2/Qwen3 and Llama 3 files (Split regex pre-tokenizers,
- * NFC, `ignore_merges`, added tokens); see TokenizerPipeline.ts for what is refused.
+ * A BPE tokenizer that reads and writes Hugging Face `tokenizer.json`: byte-level files (reins's
+ * own, GPT-2/SmolLM2-style, and the Qwen2/Qwen3 and Llama 3 files with Split regex
+ * pre-tokenizers, NFC, `ignore_merges`, added tokens; see TokenizerPipeline.ts for what is
+ * refused) and SentencePiece-style files with byte fallback (Llama 2, Mistral 7B; Metaspace.ts).
  *
  * Why our own encoder rather than `@huggingface/tokenizers` (0.2.0, which loads the same files and
  * gives the same ids — test/policy/tokenizer.test.ts checks that on random text for ours, and
@@ -31,6 +32,7 @@
  * Decoding renders a control id as its text, as the library does without skip_special_tokens.
  */
 import { bytesToVocabString, byteToChar, charToByte } from "./ByteLevel.js"
+import { byteToken, byteTokenValue, metaspaceWord, SPACE, type MetaspaceSpec } from "./Metaspace.js"
 import { makeMergeTable, mergeWord, type MergeTable } from "./BpeMerger.js"
 import { TokenizerError } from "./TokenizerError.js"
 import { specFromJson, specToJson, type AddedToken, type TokenizerSpec } from "./TokenizerJson.js"
@@ -43,14 +45,21 @@ export interface EncodeOptions {
    * forge a turn boundary or a tool call. Use true only for text whose markers you wrote.
    */
   readonly allowSpecial?: boolean
+  /**
+   * The text continues a longer text encoded in pieces (the text between a rendered template's
+   * markers): a SentencePiece-style file whose "▁" prefix goes only at the start of the text
+   * (Metaspace `prepend_scheme: "first"`) adds none. Byte-level files ignore it.
+   */
+  readonly continues?: boolean
 }
 
-/** The end-of-turn tokens (ChatML, Llama 3), in order of preference for `eosId`. */
-const EOS_CANDIDATES = ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>"] as const
+/** The end-of-turn tokens (ChatML, Llama 3, Llama 2 / Mistral), in order of preference for `eosId`. */
+const EOS_CANDIDATES = ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>"] as const
 /** Every token a model of these families ends a turn or a document with (Llama 3.1 adds `<|eom_id|>`). */
-const STOP_TOKENS = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end_of_text|>"] as const
+const STOP_TOKENS = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>"] as const
 
 const WORD_CACHE_LIMIT = 50_000
+const WORD_CACHE_MAX_LENGTH = 256
 
 const fail = (message: string): never => {
   throw new TokenizerError({ message })
@@ -61,7 +70,7 @@ const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 export class Tokenizer {
   /** One more than the largest id: the size of the model's embedding table. */
   readonly vocabSize: number
-  /** The token that ends a turn: the first present of `<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, `<|end_of_text|>`. */
+  /** The token that ends a turn: the first present of `<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, `<|end_of_text|>`, `</s>`. */
   readonly eosId: number
   /** Ids at which generation stops by default: every end-of-turn or end-of-text token present. */
   readonly stopIds: ReadonlyArray<number>
@@ -82,23 +91,23 @@ export class Tokenizer {
   private readonly byteIds: Int32Array
   private readonly merges: MergeTable
   private readonly vocabIds: Map<string, number>
-  private readonly text: TextPipeline
+  /** How text becomes words: a byte-level pipeline, or the "▁" rules of a byte-fallback file. */
+  private readonly text: TextPipeline | undefined
+  private readonly metaspace: MetaspaceSpec | undefined
   private readonly wordCache = new Map<string, Int32Array>()
   private readonly utf8 = new TextEncoder()
 
   private constructor(spec: TokenizerSpec) {
     this.spec = spec
-    this.text = compilePipeline(spec.pipeline ?? GPT2_PIPELINE)
+    const pipeline = spec.pipeline ?? GPT2_PIPELINE
+    this.metaspace = pipeline.type === "metaspace" ? pipeline : undefined
+    this.text = pipeline.type === "metaspace" ? undefined : compilePipeline(pipeline)
     // Plain loops: these run over 150k entries for the real vocabularies.
     let maxId = -1
-    let total = 0
-    for (let k = 0; k < spec.vocab.length; k++) {
-      const [s, id] = spec.vocab[k]!
-      if (id > maxId) maxId = id
-      total += s.length // one character per byte in a byte-level vocabulary
-    }
+    for (let k = 0; k < spec.vocab.length; k++) maxId = Math.max(maxId, spec.vocab[k]![1])
+    const bytesOf = this.metaspace ? metaspaceBytes() : byteLevelBytes
+    let data = new Uint8Array(spec.vocab.length * 8)
     this.vocabIds = new Map()
-    this.tokenData = new Uint8Array(total)
     this.tokenStart = new Int32Array(maxId + 1)
     this.tokenLength = new Int32Array(maxId + 1).fill(-1)
     let at = 0
@@ -106,15 +115,18 @@ export class Tokenizer {
       const [s, id] = spec.vocab[k]!
       this.vocabIds.set(s, id)
       if (this.tokenLength[id]! >= 0) fail(`tokenizer.json: id ${id} is used by two vocab entries`)
-      this.tokenStart[id] = at
-      this.tokenLength[id] = s.length
-      for (let i = 0; i < s.length; i++) {
-        const code = s.charCodeAt(i)
-        const b = code < 512 ? charToByte[code]! : -1
-        if (b < 0) fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
-        this.tokenData[at++] = b
+      const bytes = bytesOf(s)
+      if (at + bytes.length > data.length) {
+        const grown = new Uint8Array(Math.max(data.length * 2, at + bytes.length))
+        grown.set(data.subarray(0, at))
+        data = grown
       }
+      data.set(bytes, at)
+      this.tokenStart[id] = at
+      this.tokenLength[id] = bytes.length
+      at += bytes.length
     }
+    this.tokenData = data.slice(0, at)
     if (this.vocabIds.size !== spec.vocab.length) fail("tokenizer.json: model.vocab has duplicate strings")
 
     this.idAdded = new Map()
@@ -135,9 +147,13 @@ export class Tokenizer {
 
     this.byteIds = new Int32Array(256)
     for (let b = 0; b < 256; b++) {
+      const token = this.metaspace ? byteToken(b) : byteToChar[b]!
       this.byteIds[b] =
-        this.vocabIds.get(byteToChar[b]!) ??
-        fail(`tokenizer.json: the vocabulary lacks byte 0x${b.toString(16).padStart(2, "0")} (${JSON.stringify(byteToChar[b])}); not a byte-level BPE`)
+        this.vocabIds.get(token) ??
+        fail(
+          `tokenizer.json: the vocabulary lacks byte 0x${b.toString(16).padStart(2, "0")} (${JSON.stringify(token)}); ` +
+            (this.metaspace ? "model.byte_fallback needs all 256 byte tokens" : "not a byte-level BPE")
+        )
     }
 
     const n = spec.merges.length
@@ -208,15 +224,20 @@ export class Tokenizer {
     if (options?.allowSpecial && this.addedPattern) {
       let last = 0
       for (const m of text.matchAll(this.addedPattern)) {
-        this.encodePlain(text.slice(last, m.index), out)
+        this.encodePlain(text.slice(last, m.index), last === 0 && !options.continues, out)
         out.push(this.addedIds.get(m[0])!)
         last = m.index + m[0].length
       }
-      this.encodePlain(text.slice(last), out)
+      this.encodePlain(text.slice(last), last === 0 && !options.continues, out)
     } else {
-      this.encodePlain(text, out)
+      this.encodePlain(text, !options?.continues, out)
     }
     return out.result()
+  }
+
+  /** True when decoded text drops one leading space (the "▁" a SentencePiece-style prefix added). */
+  get stripsLeadingSpace(): boolean {
+    return this.metaspace?.stripLeadingSpace ?? false
   }
 
   /** Ids → text. Control ids become their text. Throws `TokenizerError` on an unknown id. */
@@ -243,7 +264,7 @@ export class Tokenizer {
       const id = ids[i++]!
       text += this.idAdded.get(id) ?? this.unknownId(id)
     }
-    return text
+    return this.stripsLeadingSpace && text.startsWith(" ") ? text.slice(1) : text
   }
 
   /** @internal for StreamDecoder: fails with a clear message for an id we cannot decode. */
@@ -251,14 +272,28 @@ export class Tokenizer {
     return fail(`token id ${id} is not in the vocabulary (size ${this.vocabSize})`)
   }
 
+  /** A SentencePiece-style word's starting symbols: each character's id, or its UTF-8 bytes' ids when the vocabulary lacks it. */
+  private characterSymbols(word: string): Int32Array {
+    const symbols: Array<number> = []
+    for (const ch of word) {
+      const id = this.vocabIds.get(ch)
+      if (id !== undefined) symbols.push(id)
+      else for (const b of this.utf8.encode(ch)) symbols.push(this.byteIds[b]!)
+    }
+    return Int32Array.from(symbols)
+  }
+
   private isVocab(id: number): boolean {
     // A typed-array read past the end (or at -1, 1.5, NaN) is undefined: not a vocabulary id.
     return (this.tokenLength[id] ?? -1) >= 0
   }
 
-  private encodePlain(text: string, out: IdBuffer): void {
+  /** `atStart`: the piece begins the text (a Metaspace `first` prefix goes only there). */
+  private encodePlain(text: string, atStart: boolean, out: IdBuffer): void {
     if (text.length === 0) return
+    if (this.metaspace) return out.pushAll(this.encodeWord(metaspaceWord(this.metaspace.prefix, text, atStart)))
     const words: Array<string> = []
+    if (this.text === undefined) return
     this.text.split(this.text.normalize(text), words)
     for (const word of words) out.pushAll(this.encodeWord(word))
   }
@@ -266,20 +301,47 @@ export class Tokenizer {
   private encodeWord(word: string): Int32Array {
     const cached = this.wordCache.get(word)
     if (cached !== undefined) return cached
-    const bytes = this.utf8.encode(word)
     let ids: Int32Array
-    const whole = this.spec.ignoreMerges ? this.vocabIds.get(bytesToVocabString(bytes)) : undefined
-    if (whole !== undefined) {
-      ids = Int32Array.of(whole)
+    if (this.metaspace) {
+      ids = mergeWord(this.merges, this.characterSymbols(word))
     } else {
-      const symbols = new Int32Array(bytes.length)
-      for (let i = 0; i < bytes.length; i++) symbols[i] = this.byteIds[bytes[i]!]!
-      ids = mergeWord(this.merges, symbols)
+      const bytes = this.utf8.encode(word)
+      const whole = this.spec.ignoreMerges ? this.vocabIds.get(bytesToVocabString(bytes)) : undefined
+      if (whole !== undefined) {
+        ids = Int32Array.of(whole)
+      } else {
+        const symbols = new Int32Array(bytes.length)
+        for (let i = 0; i < bytes.length; i++) symbols[i] = this.byteIds[bytes[i]!]!
+        ids = mergeWord(this.merges, symbols)
+      }
     }
     // A bounded cache: prompts repeat words constantly, but a long-running Gateway must not grow.
+    // Long words are not kept (a SentencePiece-style piece is a whole message).
+    if (word.length > WORD_CACHE_MAX_LENGTH) return ids
     if (this.wordCache.size >= WORD_CACHE_LIMIT) this.wordCache.clear()
     this.wordCache.set(word, ids)
     return ids
+  }
+}
+
+/** The bytes a byte-level vocabulary string stands for: one character per byte. */
+const byteLevelBytes = (s: string): Uint8Array => {
+  const out = new Uint8Array(s.length)
+  for (let i = 0; i < s.length; i++) {
+    const code = s.charCodeAt(i)
+    const b = code < 512 ? charToByte[code]! : -1
+    if (b < 0) fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
+    out[i] = b
+  }
+  return out
+}
+
+/** The bytes a SentencePiece-style string stands for: `<0xNN>` is byte NN, "▁" a space, the rest UTF-8. */
+const metaspaceBytes = () => {
+  const utf8 = new TextEncoder()
+  return (s: string): Uint8Array => {
+    const b = byteTokenValue(s)
+    return b >= 0 ? Uint8Array.of(b) : utf8.encode(s.replaceAll(SPACE, " "))
   }
 }
 

@@ -1,13 +1,16 @@
 /**
- * Reading and writing the Hugging Face `tokenizer.json` format, restricted to the variant reins
- * implements: a byte-level BPE (`model.type: "BPE"`) with the stages of TokenizerPipeline.ts
- * (GPT-2 ByteLevel, or the Split regexes of Qwen2/Qwen3 and Llama 3; NFC or no normalizer) plus
- * `added_tokens` for control tokens.
+ * Reading and writing the Hugging Face `tokenizer.json` format, restricted to the variants reins
+ * implements (`model.type: "BPE"` with `added_tokens` for control tokens):
+ * - a byte-level BPE with the stages of TokenizerPipeline.ts (GPT-2 ByteLevel, or the Split
+ *   regexes of Qwen2/Qwen3 and Llama 3; NFC or no normalizer);
+ * - a SentencePiece-style BPE with `byte_fallback` and the "▁" stages of Metaspace.ts (Llama 2,
+ *   Mistral 7B).
  *
  * Anything outside that variant is rejected with a message naming the field, rather than loaded
  * and silently tokenized differently from the library that wrote the file.
  */
 import { Either, ParseResult, Schema } from "effect"
+import { metaspaceFromJson, type MetaspaceSpec } from "./Metaspace.js"
 import { GPT2_PIPELINE, pipelineFromJson, pipelineToJson, type PipelineSpec } from "./TokenizerPipeline.js"
 import { TokenizerError } from "./TokenizerError.js"
 
@@ -19,9 +22,9 @@ export interface AddedToken {
   readonly special: boolean
 }
 
-/** What a byte-level BPE tokenizer is made of, independent of the file format. */
+/** What a BPE tokenizer is made of, independent of the file format. */
 export interface TokenizerSpec {
-  /** Byte-level vocabulary strings (see ByteLevel.ts) and their ids. */
+  /** Vocabulary strings and their ids: byte-level strings (see ByteLevel.ts), or "▁" strings and `<0xNN>` bytes (Metaspace.ts). */
   readonly vocab: ReadonlyArray<readonly [string, number]>
   /** Merges in rank order: the first is applied first. */
   readonly merges: ReadonlyArray<readonly [string, string]>
@@ -29,7 +32,7 @@ export interface TokenizerSpec {
   /** HF `ignore_merges`: a word that is itself in the vocabulary becomes that token directly. */
   readonly ignoreMerges: boolean
   /** Normalizer, pre-tokenizer, post-processor and decoder; absent means the GPT-2 variant. */
-  readonly pipeline?: PipelineSpec
+  readonly pipeline?: PipelineSpec | MetaspaceSpec
 }
 
 const Id = Schema.Int.pipe(Schema.nonNegative())
@@ -104,19 +107,18 @@ const readMerges = (merges: unknown): Array<readonly [string, string]> => {
 }
 
 /** Checks the model and added-token options that would change how text is encoded. */
-const checkSupported = (json: typeof TokenizerJsonSchema.Type, pipeline: PipelineSpec): void => {
+const checkSupported = (json: typeof TokenizerJsonSchema.Type, hasNormalizer: boolean): void => {
   const { model } = json
   if (model.dropout != null && model.dropout !== 0) fail("model.dropout is not supported (encoding must be deterministic)")
-  if (model.continuing_subword_prefix) fail("model.continuing_subword_prefix is not supported by a byte-level BPE")
-  if (model.end_of_word_suffix) fail("model.end_of_word_suffix is not supported by a byte-level BPE")
-  if (model.byte_fallback) fail("model.byte_fallback is not supported (byte-level BPE needs no fallback)")
+  if (model.continuing_subword_prefix) fail("model.continuing_subword_prefix is not supported")
+  if (model.end_of_word_suffix) fail("model.end_of_word_suffix is not supported")
   json.added_tokens.forEach((t, i) => {
     if (t.lstrip || t.rstrip || t.single_word) {
       fail(`added token ${JSON.stringify(t.content)}: lstrip/rstrip/single_word are not supported (they change the text)`)
     }
     // A normalized added token is matched in the normalized text, which can differ from matching
     // it in the raw text (NFC composes ">" + U+0338). The library defaults the flag to true.
-    if (pipeline.normalizer !== null && t.normalized !== false) {
+    if (hasNormalizer && t.normalized !== false) {
       fail(`added_tokens[${i}].normalized (${JSON.stringify(t.content)}) must be false with a normalizer: reins matches added tokens in the raw text`)
     }
   })
@@ -132,11 +134,12 @@ export const specFromJson = (json: unknown): TokenizerSpec => {
     // "model.type: Expected "BPE", actual "WordPiece"" reads better than the whole schema tree.
     const issues = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)
     const where = (path: ReadonlyArray<PropertyKey>) => (path.length > 0 ? `${path.map(String).join(".")}: ` : "")
-    fail(`not a byte-level BPE tokenizer file: ${issues.map((i) => where(i.path) + i.message).join("; ")}`)
+    fail(`not a BPE tokenizer file: ${issues.map((i) => where(i.path) + i.message).join("; ")}`)
   }
   const file = (decoded as Either.Right<never, typeof TokenizerJsonSchema.Type>).right
-  const pipeline = pipelineFromJson(file)
-  checkSupported(file, pipeline)
+  // byte_fallback is what sets the SentencePiece-style files apart: their vocabulary is characters.
+  const pipeline = file.model.byte_fallback ? metaspaceFromJson(file) : pipelineFromJson(file)
+  checkSupported(file, pipeline.type === "metaspace" ? pipeline.json.normalizer != null : pipeline.normalizer !== null)
   return {
     vocab: readVocab(file.model.vocab),
     merges: readMerges(file.model.merges),
@@ -160,7 +163,7 @@ export const specToJson = (spec: TokenizerSpec): object => ({
     normalized: false,
     special: t.special
   })),
-  ...pipelineToJson(spec.pipeline ?? GPT2_PIPELINE),
+  ...(spec.pipeline?.type === "metaspace" ? spec.pipeline.json : pipelineToJson(spec.pipeline ?? GPT2_PIPELINE)),
   model: {
     type: "BPE",
     dropout: null,
@@ -169,6 +172,7 @@ export const specToJson = (spec: TokenizerSpec): object => ({
     end_of_word_suffix: null,
     fuse_unk: false,
     byte_fallback: false,
+    ...(spec.pipeline?.type === "metaspace" ? { ...spec.pipeline.model, byte_fallback: true } : {}),
     ignore_merges: spec.ignoreMerges,
     vocab: Object.fromEntries([...spec.vocab].sort((a, b) => a[1] - b[1])),
     merges: spec.merges.map(([l, r]) => [l, r])

@@ -28,6 +28,7 @@ export type PreTokenizerStep =
   | { readonly type: "ByteLevel"; readonly useRegex: boolean; readonly trimOffsets: boolean }
 
 export interface PipelineSpec {
+  readonly type?: "byteLevel"
   readonly normalizer: "NFC" | null
   readonly preTokenizer: ReadonlyArray<PreTokenizerStep>
   /** The file's `post_processor` as read (see above), written back unchanged. */
