@@ -4,10 +4,10 @@
 import { cpSync, readdirSync } from "node:fs"
 import { join, relative } from "node:path"
 import { fileURLToPath } from "node:url"
+import { ASSET, packageDirs } from "./workspace.mjs"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
-const packages = ["runtime", ...readdirSync(join(root, "packages")).map((name) => join("packages", name))]
-const ASSET = /\.(mjs|cjs|jinja)$/
+const packages = packageDirs(root)
 
 let copied = 0
 for (const pkg of packages) {

@@ -5,14 +5,13 @@
 import { existsSync, readdirSync, rmdirSync, rmSync } from "node:fs"
 import { join, relative } from "node:path"
 import { fileURLToPath } from "node:url"
+import { ASSET, packageDirs } from "./workspace.mjs"
 
 // The repository root; a test passes another one.
 const root = process.argv[2] ?? fileURLToPath(new URL("..", import.meta.url))
-const packages = ["runtime", ...readdirSync(join(root, "packages")).map((name) => join("packages", name))]
+const packages = packageDirs(root)
 /** tsc's outputs of one `X.ts`: the module, its declarations and their maps. */
 const COMPILED = /\.(js|js\.map|d\.ts|d\.ts\.map)$/
-/** Run-time files copied as they are (see copy-assets.mjs). */
-const ASSET = /\.(mjs|cjs|jinja)$/
 
 let pruned = 0
 for (const pkg of packages) {

@@ -6,15 +6,17 @@
  * Two layouts carry the "▁" in the files these families publish; reins reads both:
  * - the legacy normalizer `Sequence[Prepend("▁"), Replace(" " → "▁")]` with no pre-tokenizer:
  *   every piece of text between added tokens gets a "▁" in front, unconditionally;
- * - a `Metaspace` pre-tokenizer (`replacement: "▁"`, `split: false`) with `prepend_scheme`
- *   `always`, `first` (only the piece at the start of the text) or `never`: spaces become "▁" and
- *   the "▁" is added only when the piece does not already start with one.
+ * - the `Metaspace` pre-tokenizer of newer conversions (`replacement: "▁"`, `split: false`) with
+ *   `prepend_scheme` `always`, `first` (only the piece at the start of the text) or `never`:
+ *   spaces become "▁" and the "▁" is added only when the piece does not already start with one.
+ *   No such file is on npm; it is tested on the Llama 2 vocabulary with these stages.
  * The decoder is `Sequence[Replace("▁" → " "), ByteFallback, Fuse]`, optionally followed by
  * `Strip(" ", 1, 0)`, which drops the space the prefix stood for from the start of the text.
  *
  * Either way the whole piece is one BPE word (no split at spaces), as in the library. Anything
  * else is refused with the field that holds it.
  */
+import { Schema } from "effect"
 import { TokenizerError } from "./TokenizerError.js"
 
 export const SPACE = "\u2581"
@@ -37,23 +39,42 @@ const fail = (message: string): never => {
   throw new TokenizerError({ message: `tokenizer.json: ${message}` })
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v)
 const show = (v: unknown) => JSON.stringify(v)
-const isStringPattern = (p: unknown, s: string) => isObject(p) && p.String === s && Object.keys(p).length === 1
+
+/** The stages reins implements, as schemas: a stage is accepted when it is one of these. */
+const Space = Schema.Literal(SPACE)
+const StringPattern = <S extends string>(s: S) => Schema.Struct({ String: Schema.Literal(s) })
+const LegacyNormalizer = Schema.Struct({
+  type: Schema.Literal("Sequence"),
+  normalizers: Schema.Tuple(
+    Schema.Struct({ type: Schema.Literal("Prepend"), prepend: Space }),
+    Schema.Struct({ type: Schema.Literal("Replace"), pattern: StringPattern(" "), content: Space })
+  )
+})
+const MetaspacePreTokenizer = Schema.Struct({
+  type: Schema.Literal("Metaspace"),
+  replacement: Schema.optional(Schema.Unknown),
+  prepend_scheme: Schema.optional(Schema.Unknown),
+  split: Schema.optional(Schema.Unknown)
+})
+const ReplaceDecoder = Schema.Struct({ type: Schema.Literal("Replace"), pattern: StringPattern(SPACE), content: Schema.Literal(" ") })
+const ByteFallback = Schema.Struct({ type: Schema.Literal("ByteFallback") })
+const Fuse = Schema.Struct({ type: Schema.Literal("Fuse") })
+const StripOneSpace = Schema.Struct({ type: Schema.Literal("Strip"), content: Schema.Literal(" "), start: Schema.Literal(1), stop: Schema.Literal(0) })
+const Decoder = Schema.Struct({
+  type: Schema.Literal("Sequence"),
+  decoders: Schema.Union(Schema.Tuple(ReplaceDecoder, ByteFallback, Fuse), Schema.Tuple(ReplaceDecoder, ByteFallback, Fuse, StripOneSpace))
+})
 
 const prefixFromStages = (normalizer: unknown, preTokenizer: unknown): MetaspacePrefix => {
   if (normalizer != null) {
-    const steps = isObject(normalizer) && normalizer.type === "Sequence" && Array.isArray(normalizer.normalizers) ? normalizer.normalizers : undefined
-    const [prepend, replace] = steps ?? []
-    const legacy =
-      steps?.length === 2 &&
-      isObject(prepend) && prepend.type === "Prepend" && prepend.prepend === SPACE &&
-      isObject(replace) && replace.type === "Replace" && isStringPattern(replace.pattern, " ") && replace.content === SPACE
-    if (!legacy) fail(`normalizer ${show(normalizer)} is not supported with model.byte_fallback (reins implements Sequence[Prepend("▁"), Replace(" " → "▁")] or a Metaspace pre-tokenizer)`)
+    if (!Schema.is(LegacyNormalizer)(normalizer)) {
+      fail(`normalizer ${show(normalizer)} is not supported with model.byte_fallback (reins implements Sequence[Prepend("▁"), Replace(" " → "▁")] or a Metaspace pre-tokenizer)`)
+    }
     if (preTokenizer != null) fail(`pre_tokenizer ${show(preTokenizer)} is not supported after the Prepend/Replace normalizer (the whole piece is one word)`)
     return "prepend"
   }
-  if (!isObject(preTokenizer) || preTokenizer.type !== "Metaspace") {
+  if (!Schema.is(MetaspacePreTokenizer)(preTokenizer)) {
     return fail(`pre_tokenizer ${show(preTokenizer)} is not supported with model.byte_fallback (reins implements Metaspace, or the Prepend/Replace normalizer)`)
   }
   if ((preTokenizer.replacement ?? SPACE) !== SPACE) fail(`pre_tokenizer.replacement ${show(preTokenizer.replacement)} is not supported (reins implements "▁")`)
@@ -65,18 +86,10 @@ const prefixFromStages = (normalizer: unknown, preTokenizer: unknown): Metaspace
 
 /** Reads the decoder; true when it ends with the Strip of one leading space. */
 const stripFromDecoder = (decoder: unknown): boolean => {
-  const steps = isObject(decoder) && decoder.type === "Sequence" && Array.isArray(decoder.decoders) ? decoder.decoders : undefined
-  const types = steps?.map((d) => (isObject(d) ? d.type : undefined))
-  const [replace, , , strip] = steps ?? []
-  const ok =
-    types !== undefined &&
-    (types.length === 3 || types.length === 4) &&
-    types[0] === "Replace" && isObject(replace) && isStringPattern(replace.pattern, SPACE) && replace.content === " " &&
-    types[1] === "ByteFallback" &&
-    types[2] === "Fuse" &&
-    (types.length === 3 || (types[3] === "Strip" && isObject(strip) && strip.content === " " && strip.start === 1 && strip.stop === 0))
-  if (!ok) fail(`decoder ${show(decoder)} is not supported with model.byte_fallback (reins implements Sequence[Replace("▁" → " "), ByteFallback, Fuse, Strip(" ", 1, 0)], Strip optional)`)
-  return types!.length === 4
+  if (!Schema.is(Decoder)(decoder)) {
+    return fail(`decoder ${show(decoder)} is not supported with model.byte_fallback (reins implements Sequence[Replace("▁" → " "), ByteFallback, Fuse, Strip(" ", 1, 0)], Strip optional)`)
+  }
+  return decoder.decoders.length === 4
 }
 
 /** Reads the stages of a byte-fallback BPE file. Throws `TokenizerError` naming the field. */

@@ -95,7 +95,6 @@ export class Tokenizer {
   private readonly text: TextPipeline | undefined
   private readonly metaspace: MetaspaceSpec | undefined
   private readonly wordCache = new Map<string, Int32Array>()
-  private readonly utf8 = new TextEncoder()
 
   private constructor(spec: TokenizerSpec) {
     this.spec = spec
@@ -103,11 +102,17 @@ export class Tokenizer {
     this.metaspace = pipeline.type === "metaspace" ? pipeline : undefined
     this.text = pipeline.type === "metaspace" ? undefined : compilePipeline(pipeline)
     // Plain loops: these run over 150k entries for the real vocabularies.
+    // A byte-level string has one character per byte; a SentencePiece-style one is converted first.
+    const converted = this.metaspace ? spec.vocab.map(([s]) => metaspaceBytes(s)) : undefined
     let maxId = -1
-    for (let k = 0; k < spec.vocab.length; k++) maxId = Math.max(maxId, spec.vocab[k]![1])
-    const bytesOf = this.metaspace ? metaspaceBytes() : byteLevelBytes
-    let data = new Uint8Array(spec.vocab.length * 8)
+    let total = 0
+    for (let k = 0; k < spec.vocab.length; k++) {
+      const [s, id] = spec.vocab[k]!
+      if (id > maxId) maxId = id
+      total += converted ? converted[k]!.length : s.length
+    }
     this.vocabIds = new Map()
+    this.tokenData = new Uint8Array(total)
     this.tokenStart = new Int32Array(maxId + 1)
     this.tokenLength = new Int32Array(maxId + 1).fill(-1)
     let at = 0
@@ -115,18 +120,20 @@ export class Tokenizer {
       const [s, id] = spec.vocab[k]!
       this.vocabIds.set(s, id)
       if (this.tokenLength[id]! >= 0) fail(`tokenizer.json: id ${id} is used by two vocab entries`)
-      const bytes = bytesOf(s)
-      if (at + bytes.length > data.length) {
-        const grown = new Uint8Array(Math.max(data.length * 2, at + bytes.length))
-        grown.set(data.subarray(0, at))
-        data = grown
-      }
-      data.set(bytes, at)
       this.tokenStart[id] = at
-      this.tokenLength[id] = bytes.length
-      at += bytes.length
+      if (converted) {
+        this.tokenData.set(converted[k]!, at)
+        at += converted[k]!.length
+      } else {
+        for (let i = 0; i < s.length; i++) {
+          const code = s.charCodeAt(i)
+          const b = code < 512 ? charToByte[code]! : -1
+          if (b < 0) fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
+          this.tokenData[at++] = b
+        }
+      }
+      this.tokenLength[id] = at - this.tokenStart[id]!
     }
-    this.tokenData = data.slice(0, at)
     if (this.vocabIds.size !== spec.vocab.length) fail("tokenizer.json: model.vocab has duplicate strings")
 
     this.idAdded = new Map()
@@ -278,7 +285,7 @@ export class Tokenizer {
     for (const ch of word) {
       const id = this.vocabIds.get(ch)
       if (id !== undefined) symbols.push(id)
-      else for (const b of this.utf8.encode(ch)) symbols.push(this.byteIds[b]!)
+      else for (const b of utf8.encode(ch)) symbols.push(this.byteIds[b]!)
     }
     return Int32Array.from(symbols)
   }
@@ -293,8 +300,8 @@ export class Tokenizer {
     if (text.length === 0) return
     if (this.metaspace) return out.pushAll(this.encodeWord(metaspaceWord(this.metaspace.prefix, text, atStart)))
     const words: Array<string> = []
-    if (this.text === undefined) return
-    this.text.split(this.text.normalize(text), words)
+    const pipeline = this.text!
+    pipeline.split(pipeline.normalize(text), words)
     for (const word of words) out.pushAll(this.encodeWord(word))
   }
 
@@ -305,7 +312,7 @@ export class Tokenizer {
     if (this.metaspace) {
       ids = mergeWord(this.merges, this.characterSymbols(word))
     } else {
-      const bytes = this.utf8.encode(word)
+      const bytes = utf8.encode(word)
       const whole = this.spec.ignoreMerges ? this.vocabIds.get(bytesToVocabString(bytes)) : undefined
       if (whole !== undefined) {
         ids = Int32Array.of(whole)
@@ -324,25 +331,12 @@ export class Tokenizer {
   }
 }
 
-/** The bytes a byte-level vocabulary string stands for: one character per byte. */
-const byteLevelBytes = (s: string): Uint8Array => {
-  const out = new Uint8Array(s.length)
-  for (let i = 0; i < s.length; i++) {
-    const code = s.charCodeAt(i)
-    const b = code < 512 ? charToByte[code]! : -1
-    if (b < 0) fail(`tokenizer.json: vocab entry ${JSON.stringify(s)} is not a byte-level string`)
-    out[i] = b
-  }
-  return out
-}
+const utf8 = new TextEncoder()
 
 /** The bytes a SentencePiece-style string stands for: `<0xNN>` is byte NN, "▁" a space, the rest UTF-8. */
-const metaspaceBytes = () => {
-  const utf8 = new TextEncoder()
-  return (s: string): Uint8Array => {
-    const b = byteTokenValue(s)
-    return b >= 0 ? Uint8Array.of(b) : utf8.encode(s.replaceAll(SPACE, " "))
-  }
+const metaspaceBytes = (s: string): Uint8Array => {
+  const b = byteTokenValue(s)
+  return b >= 0 ? Uint8Array.of(b) : utf8.encode(s.replaceAll(SPACE, " "))
 }
 
 /** A growable Int32Array. */
