@@ -115,14 +115,10 @@ export const make = <const Name extends string, Rpcs extends Rpc.Any>(
         Effect.flatMap(ActorSystem, (system) => system.ref(protocol, host.name, { node: system.node }))) as any,
     toWorkerLayer: (options) =>
       Layer.scopedDiscard(
-        Effect.flatMap(ActorSystem, (system) =>
-          system.spawn({
-            name: registeredName(name, options, system.node),
-            group: protocol as unknown as RpcGroup.RpcGroup<Rpc.Any>,
-            build: Worker.forwardingHandlers(protocol as unknown as RpcGroup.RpcGroup<Rpc.Any>, options),
-            restartPolicy: options.restart ?? Supervisor.defaultPolicy,
-            concurrency: "unbounded"
-          }))
+        spawnWith(Worker.forwardingHandlers(protocol as unknown as RpcGroup.RpcGroup<Rpc.Any>, options), {
+          name: options.name,
+          restart: options.restart
+        })
       ),
     client: Effect.flatMap(ActorSystem, (system) => system.ref(protocol, name)),
     ref: (refName, options) => Effect.flatMap(ActorSystem, (system) => system.ref(protocol, refName ?? name, options))

@@ -69,8 +69,19 @@ export interface ActorSystemService {
 }
 
 export class ActorSystem extends Context.Tag("@reins/runtime/ActorSystem")<ActorSystem, ActorSystemService>() {
-  /** An actor system without a node (see `layerLocal`). */
-  static readonly layerLocal = (options: { readonly node?: string } = {}): Layer.Layer<ActorSystem> => layerLocal(options)
+  /**
+   * An actor system without a node: every actor runs in this process and is reached without
+   * serialization. For tests, tools and single-process programs.
+   */
+  static readonly layerLocal = (options: { readonly node?: string } = {}): Layer.Layer<ActorSystem> =>
+    Layer.scoped(
+      ActorSystem,
+      Effect.gen(function*() {
+        const system = yield* make({ node: options.node ?? "local" })
+        yield* Effect.addFinalizer(() => Effect.sync(() => system.beginShutdown()))
+        return system as ActorSystemService
+      })
+    )
 }
 
 /** The system plus the hooks a node wires membership into. */
@@ -282,17 +293,3 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
     }
     return system
   })
-
-/**
- * An actor system without a node: every actor runs in this process and is reached without
- * serialization. For tests, tools and single-process programs.
- */
-export const layerLocal = (options: { readonly node?: string } = {}): Layer.Layer<ActorSystem> =>
-  Layer.scoped(
-    ActorSystem,
-    Effect.gen(function*() {
-      const system = yield* make({ node: options.node ?? "local" })
-      yield* Effect.addFinalizer(() => Effect.sync(() => system.beginShutdown()))
-      return system as ActorSystemService
-    })
-  )

@@ -158,16 +158,7 @@ export const layer = <E, R>(
         build: Effect.succeed(NodeActor.of({
           Status: () =>
             Effect.map(membership.locator.members, (members) => ({
-              nodes: members.map((m) => ({
-                id: m.id,
-                address: m.address,
-                roles: m.roles,
-                status: m.status,
-                actors: m.actors,
-                since: m.since,
-                lastHeartbeat: m.lastHeartbeat,
-                incarnation: m.incarnation
-              }))
+              nodes: members.map(({ version: _version, ...node }) => node)
             }))
         })),
         restartPolicy: Supervisor.defaultPolicy,

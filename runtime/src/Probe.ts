@@ -44,6 +44,5 @@ const handlers = Effect.gen(function*() {
   })
 })
 
-/** Runs a probe under `name` (a function of the node id for one per node). */
-export const layer = (name: string, options: { readonly perNode?: boolean } = {}) =>
-  actor(name).toLayer(handlers, options.perNode ? { name: (node) => `${name}/${node}` } : {})
+/** Runs a probe under `name`. */
+export const layer = (name: string) => actor(name).toLayer(handlers)

@@ -85,18 +85,9 @@ export class InvalidMessage extends Schema.TaggedError<InvalidMessage>()("Invali
 export const ActorError = Schema.Union(ActorNotFound, ActorUnavailable, ActorDefect, UnknownMessage, InvalidMessage)
 export type ActorError = typeof ActorError.Type
 
-const actorErrorTags: ReadonlySet<string> = new Set([
-  "ActorNotFound",
-  "ActorUnavailable",
-  "ActorDefect",
-  "UnknownMessage",
-  "InvalidMessage"
-])
-
 export const isActorError = (u: unknown): u is ActorError =>
-  typeof u === "object" && u !== null && actorErrorTags.has((u as { _tag?: unknown })._tag as string) &&
-  (u instanceof ActorNotFound || u instanceof ActorUnavailable || u instanceof ActorDefect ||
-    u instanceof UnknownMessage || u instanceof InvalidMessage)
+  u instanceof ActorNotFound || u instanceof ActorUnavailable || u instanceof ActorDefect ||
+  u instanceof UnknownMessage || u instanceof InvalidMessage
 
 /** An actor with this name is already registered on this node. */
 export class ActorAlreadyRunning extends Schema.TaggedError<ActorAlreadyRunning>()("ActorAlreadyRunning", {

@@ -41,6 +41,14 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
   /** Which members run each actor, sorted by id; rebuilt on the first lookup after a change. */
   let index: Map<string, ReadonlyArray<string>> | undefined
 
+  /** A new member (or incarnation), down until `markUp`. */
+  const add = (info: MemberInfo, linked: boolean, now: number): Entry => {
+    const entry: Entry = { info, status: "down", since: now, lastProgress: performance.now(), left: false, linked }
+    members.set(info.id, entry)
+    index = undefined
+    return entry
+  }
+
   const markUp = (e: Entry, now: number) => {
     e.status = "up"
     e.since = now
@@ -74,9 +82,7 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
       const current = members.get(m.id)
       if (current === undefined) {
         // first news of it: trust the sender's judgement until our own clock says otherwise
-        const entry: Entry = { info, status: "down", since: now, lastProgress: performance.now(), left: false, linked: false }
-        members.set(m.id, entry)
-        index = undefined
+        const entry = add(info, false, now)
         if (status === "up") markUp(entry, now)
         continue
       }
@@ -101,17 +107,8 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
     const now = Date.now()
     const entry = members.get(peer.id)
     if (entry === undefined || peer.incarnation > entry.info.incarnation) {
-      const fresh: Entry = {
-        info: { id: peer.id, address: peer.address, roles: peer.roles, actors: [], incarnation: peer.incarnation, version: -1 },
-        status: "down",
-        since: now,
-        lastProgress: performance.now(),
-        left: false,
-        linked: true
-      }
-      members.set(peer.id, fresh)
-      index = undefined
-      markUp(fresh, now)
+      const info = { id: peer.id, address: peer.address, roles: peer.roles, actors: [], incarnation: peer.incarnation, version: -1 }
+      markUp(add(info, true, now), now)
     } else {
       entry.linked = true
       if (peer.incarnation === entry.info.incarnation && entry.status === "down" && !entry.left) markUp(entry, now)

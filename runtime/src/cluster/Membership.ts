@@ -57,9 +57,7 @@ export const make = (options: MembershipOptions) =>
   Effect.gen(function*() {
     const runtime = yield* Effect.runtime<never>()
     const runFork = Runtime.runFork(runtime)
-    const run = (effect: Effect.Effect<void>) => {
-      runFork(effect)
-    }
+    const run = (effect: Effect.Effect<void>) => void runFork(effect)
     const log = {
       info: (message: string) => run(Effect.logInfo(message)),
       warn: (message: string) => run(Effect.logWarning(message))
@@ -118,7 +116,9 @@ export const make = (options: MembershipOptions) =>
 
     const gossipFrame = () => [Kind.Gossip, [{ ...selfInfo(), status: "up", since: 0 }, ...[...members.values()].map(toMember)]]
 
+    /** A heartbeat or a change of the local actors: a new version, sent to every peer. */
     const gossip = () => {
+      version++
       if (options.mode === "client" || leaving) return
       const frame = gossipFrame()
       for (const link of links.values()) link.connection.send(frame)
@@ -208,13 +208,15 @@ export const make = (options: MembershipOptions) =>
       if (options.mode === "node") connection.send(gossipFrame())
     }
 
-    const transportLogs: Transport.Logs = { warn: log.warn }
+    const dialAndRegister = (url: string) =>
+      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: { warn: log.warn } }).pipe(
+        Effect.tap((connection) => Effect.sync(() => register(connection)))
+      )
 
     const dial = (url: string, key: string, quiet: boolean) => {
       dialing.add(key)
       runFork(
-        Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: transportLogs }).pipe(
-          Effect.tap((connection) => Effect.sync(() => register(connection))),
+        dialAndRegister(url).pipe(
           Effect.catchAll((error) => {
             notifyLink(key, Either.left(error.detail))
             return quiet ? Effect.logDebug(error.message) : Effect.logWarning(error.message)
@@ -223,8 +225,6 @@ export const make = (options: MembershipOptions) =>
         )
       )
     }
-
-    const nodeLinks = () => links.size
 
     const tick = (heartbeat: boolean) => {
       if (leaving) return
@@ -237,23 +237,17 @@ export const make = (options: MembershipOptions) =>
         nextDial.set(id, now + (entry.status === "up" ? heartbeatMs : 5 * heartbeatMs))
         dial(entry.info.address, id, entry.status === "down")
       }
-      if (nodeLinks() === 0) {
+      if (links.size === 0) {
         for (const url of options.join) {
           if (dialing.has(url) || now < (nextDial.get(url) ?? 0)) continue
           nextDial.set(url, now + 2 * heartbeatMs)
           dial(url, url, joinedOnce)
         }
       }
-      if (heartbeat) {
-        version++
-        gossip()
-      }
+      if (heartbeat) gossip()
     }
 
-    system.onLocalChange(() => {
-      version++
-      gossip()
-    })
+    system.onLocalChange(gossip)
 
     // ---- locating actors ---------------------------------------------------------------------
 
@@ -355,10 +349,7 @@ export const make = (options: MembershipOptions) =>
 
     /** Client mode: dials `url` once and waits for its first member list. */
     const connectTo = (url: string): Effect.Effect<PeerInfo, ClusterConnectError> =>
-      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: transportLogs }).pipe(
-        Effect.tap((connection) => Effect.sync(() => register(connection))),
-        Effect.map((connection) => connection.peer)
-      )
+      Effect.map(dialAndRegister(url), (connection) => connection.peer)
 
     return {
       self: () => ({ ...self }),
@@ -367,8 +358,7 @@ export const make = (options: MembershipOptions) =>
       start,
       leave,
       closeAll,
-      connectTo,
-      connected: () => [...links.keys()]
+      connectTo
     }
   })
 

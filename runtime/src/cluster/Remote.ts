@@ -36,16 +36,14 @@ export interface Channel {
   readonly interrupt: (actor: string, requestId: RequestId) => Effect.Effect<void>
 }
 
-interface Pending {
-  readonly actor: string
-  readonly codec: Codec.RpcCodec
-  readonly requestId: RequestId
-  readonly deliver: Deliver
-}
-
 interface Serving {
   readonly actor: string
   readonly codec: Codec.RpcCodec
+}
+
+interface Pending extends Serving {
+  readonly requestId: RequestId
+  readonly deliver: Deliver
 }
 
 export interface ChannelOptions {
@@ -131,10 +129,11 @@ export const make = (connection: Connection, options: ChannelOptions) => {
       connection.send([kind, actor, id])
     })
 
-  const reply = (id: number, f: (p: Pending) => FromServer<any>, last: boolean) => {
+  /** The last reply to a call: `f` turns it into what the caller gets. */
+  const reply = (id: number, f: (p: Pending) => FromServer<any>) => {
     const p = pending.get(id)
     if (p === undefined) return
-    if (last) pending.delete(id)
+    pending.delete(id)
     run(p.deliver(f(p)))
   }
 
@@ -145,8 +144,10 @@ export const make = (connection: Connection, options: ChannelOptions) => {
     exit: exit as any
   })
 
-  const invalidReply = (p: Pending, error: Parameters<typeof Codec.describe>[0]) =>
-    exitWith(p, Exit.fail(new InvalidMessage({ actor: p.actor, tag: p.codec.tag, detail: `reply: ${Codec.describe(error)}` })))
+  const invalid = (p: Pending, detail: string) =>
+    exitWith(p, Exit.fail(new InvalidMessage({ actor: p.actor, tag: p.codec.tag, detail })))
+
+  const invalidReply = (p: Pending, error: Parameters<typeof Codec.describe>[0]) => invalid(p, `reply: ${Codec.describe(error)}`)
 
   const onReply = (frame: ReadonlyArray<unknown>) => {
     const id = frame[1] as number
@@ -158,10 +159,7 @@ export const make = (connection: Connection, options: ChannelOptions) => {
         if (Either.isLeft(values) || values.right.length === 0) {
           pending.delete(id)
           connection.send([Kind.Interrupt, p.actor, id])
-          const error = Either.isLeft(values) ? values.left : undefined
-          return run(
-            p.deliver(error ? invalidReply(p, error) : exitWith(p, Exit.fail(new InvalidMessage({ actor: p.actor, tag: p.codec.tag, detail: "empty chunk" }))))
-          )
+          return run(p.deliver(Either.isLeft(values) ? invalidReply(p, values.left) : invalid(p, "empty chunk")))
         }
         return fork(p.deliver({ _tag: "Chunk", clientId: 0, requestId: p.requestId, values: values.right as any }))
       }
@@ -170,17 +168,17 @@ export const make = (connection: Connection, options: ChannelOptions) => {
           if (p.codec.isStream) return exitWith(p, Exit.void)
           const value = p.codec.decodeSuccess(frame[2])
           return Either.isLeft(value) ? invalidReply(p, value.left) : exitWith(p, Exit.succeed(value.right))
-        }, true)
+        })
       case Kind.Exit:
         return reply(id, (p) => {
           const exit = p.codec.decodeExit(frame[2])
           return Either.isLeft(exit) ? invalidReply(p, exit.left) : exitWith(p, exit.right)
-        }, true)
+        })
       case Kind.Error:
         return reply(id, (p) => {
           const error = Codec.decodeActorError(frame[2])
           return Either.isLeft(error) ? invalidReply(p, error.left) : exitWith(p, Exit.fail(error.right))
-        }, true)
+        })
     }
   }
 
@@ -191,6 +189,8 @@ export const make = (connection: Connection, options: ChannelOptions) => {
     if (Either.isRight(encoded)) connection.send([Kind.Error, id, encoded.right])
   }
 
+  const sendDefect = (id: number, s: Serving, defect: string) => sendError(id, new ActorDefect({ actor: s.actor, defect }))
+
   /** Encodes what a local actor delivers for the remote caller. */
   const sink = (message: FromServer<any>): Effect.Effect<void> =>
     Effect.sync(() => {
@@ -200,34 +200,28 @@ export const make = (connection: Connection, options: ChannelOptions) => {
       if (s === undefined) return
       if (message._tag === "Chunk") {
         const values = s.codec.encodeChunk(message.values)
-        if (Either.isRight(values)) {
-          if (connection.send([Kind.Chunk, id, values.right]) === "too-large") {
-            serving.delete(id)
-            sendError(id, new ActorDefect({ actor: s.actor, defect: "a reply chunk is larger than the frame limit" }))
-          }
-          return
+        if (Either.isLeft(values)) {
+          serving.delete(id)
+          return sendDefect(id, s, `reply does not match the schema: ${Codec.describe(values.left)}`)
         }
-        serving.delete(id)
-        return sendError(id, new ActorDefect({ actor: s.actor, defect: `reply does not match the schema: ${Codec.describe(values.left)}` }))
+        if (connection.send([Kind.Chunk, id, values.right]) === "too-large") {
+          serving.delete(id)
+          sendDefect(id, s, "a reply chunk is larger than the frame limit")
+        }
+        return
       }
       serving.delete(id)
       const exit = message.exit as Exit.Exit<unknown, unknown>
       if (exit._tag === "Success") {
         const value = s.codec.isStream ? Either.right(null) : s.codec.encodeSuccess(exit.value)
-        if (Either.isLeft(value)) {
-          return sendError(id, new ActorDefect({ actor: s.actor, defect: `reply does not match the schema: ${Codec.describe(value.left)}` }))
-        }
-        if (connection.send([Kind.ExitOk, id, value.right]) === "too-large") {
-          sendError(id, new ActorDefect({ actor: s.actor, defect: "the reply is larger than the frame limit" }))
-        }
+        if (Either.isLeft(value)) return sendDefect(id, s, `reply does not match the schema: ${Codec.describe(value.left)}`)
+        if (connection.send([Kind.ExitOk, id, value.right]) === "too-large") sendDefect(id, s, "the reply is larger than the frame limit")
         return
       }
       const failure = Cause.failureOption(exit.cause)
       if (failure._tag === "Some" && isActorError(failure.value)) return sendError(id, failure.value)
       const encoded = s.codec.encodeExit(exit)
-      if (Either.isLeft(encoded)) {
-        return sendError(id, new ActorDefect({ actor: s.actor, defect: `error does not match the schema: ${Codec.describe(encoded.left)}` }))
-      }
+      if (Either.isLeft(encoded)) return sendDefect(id, s, `error does not match the schema: ${Codec.describe(encoded.left)}`)
       connection.send([Kind.Exit, id, encoded.right])
     })
 
@@ -319,5 +313,5 @@ export const make = (connection: Connection, options: ChannelOptions) => {
     ack: control(Kind.Ack),
     interrupt: control(Kind.Interrupt)
   }
-  return { channel, onFrame, onClose, pendingCount: () => pending.size }
+  return { channel, onFrame, onClose }
 }

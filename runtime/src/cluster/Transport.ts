@@ -271,9 +271,7 @@ export const listen = (options: ServerOptions): Effect.Effect<{ readonly host: s
   ).pipe(
     Effect.map(({ server }) => {
       const address = server.address()
-      return typeof address === "object" && address !== null
-        ? { host: options.host, port: address.port }
-        : { host: options.host, port: options.port }
+      return { host: options.host, port: typeof address === "object" && address !== null ? address.port : options.port }
     })
   )
 
@@ -294,14 +292,11 @@ export interface DialOptions {
 
 /** Connects to a node and authenticates both ways. */
 export const dial = (url: string, options: DialOptions): Effect.Effect<Connection, ClusterConnectError> =>
-  Effect.suspend(() => {
-    let target: string
-    try {
-      target = endpoint(url)
-    } catch (error) {
-      return Effect.fail(new ClusterConnectError({ url, detail: (error as Error).message }))
-    }
-    return Effect.async<Connection, ClusterConnectError>((resume) => {
+  Effect.try({
+    try: () => endpoint(url),
+    catch: (error) => new ClusterConnectError({ url, detail: (error as Error).message })
+  }).pipe(Effect.flatMap((target) =>
+    Effect.async<Connection, ClusterConnectError>((resume) => {
       const ws = new WebSocket(target, {
         maxPayload: options.maxFrameBytes,
         perMessageDeflate: false,
@@ -356,4 +351,4 @@ export const dial = (url: string, options: DialOptions): Effect.Effect<Connectio
         }
       })
     })
-  })
+  ))

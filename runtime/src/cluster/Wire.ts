@@ -56,25 +56,20 @@ const check = (frame: unknown): Frame => {
   return frame
 }
 
-/** Decodes a message of exactly one frame (the handshake); throws `MalformedFrame`. */
-export const decode = (bytes: Uint8Array): Frame => {
-  let frame: unknown
+const unpack = <A>(f: () => A): A => {
   try {
-    frame = unpackr.unpack(bytes)
+    return f()
   } catch (cause) {
     throw new MalformedFrame(`not msgpack: ${(cause as Error).message}`)
   }
-  return check(frame)
 }
+
+/** Decodes a message of exactly one frame (the handshake); throws `MalformedFrame`. */
+export const decode = (bytes: Uint8Array): Frame => check(unpack(() => unpackr.unpack(bytes)))
 
 /** Decodes a message of one or more frames; throws `MalformedFrame` if any is bad. */
 export const decodeAll = (bytes: Uint8Array): ReadonlyArray<Frame> => {
-  let frames: Array<unknown>
-  try {
-    frames = unpackr.unpackMultiple(bytes) as Array<unknown>
-  } catch (cause) {
-    throw new MalformedFrame(`not msgpack: ${(cause as Error).message}`)
-  }
+  const frames = unpack(() => unpackr.unpackMultiple(bytes) as Array<unknown>)
   if (frames.length === 0) throw new MalformedFrame("empty message")
   return frames.map(check)
 }
