@@ -16,7 +16,6 @@ import { type ActorError, ActorAlreadyRunning, ActorNotFound } from "./errors.js
 import * as Host from "./Host.js"
 import type { Member, MemberEvent } from "./cluster/Member.js"
 import type { Channel } from "./cluster/Remote.js"
-import type { RestartPolicy } from "./Supervisor.js"
 
 /** A location-transparent handle on an actor: call its messages like methods. */
 export type ActorRef<Rpcs extends Rpc.Any> = RpcClient.RpcClient<Rpcs, ActorError>
@@ -27,16 +26,6 @@ export interface Locator {
   readonly locate: (name: string, node: string | undefined) => Effect.Effect<Channel, ActorError>
   readonly members: Effect.Effect<ReadonlyArray<Member>>
   readonly events: Stream.Stream<MemberEvent>
-}
-
-export interface SpawnOptions {
-  readonly name: string
-  readonly group: RpcGroup.RpcGroup<Rpc.Any>
-  readonly build: Effect.Effect<Record<string, (...args: Array<any>) => any>, unknown, any>
-  readonly restartPolicy: RestartPolicy
-  readonly concurrency: number | "unbounded"
-  /** Node-internal actors are not listed among the node's actors. */
-  readonly system?: boolean
 }
 
 export interface LocalActor {
@@ -53,7 +42,7 @@ export interface ActorSystemService {
    * Registers an actor on this node under supervision, for the lifetime of the current scope;
    * waits until it first runs (or was stopped trying).
    */
-  readonly spawn: (options: SpawnOptions) => Effect.Effect<Host.ActorHost, ActorAlreadyRunning, Scope.Scope>
+  readonly spawn: (options: Host.SpawnOptions) => Effect.Effect<Host.ActorHost, ActorAlreadyRunning, Scope.Scope>
   /** A ref to the actor registered as `name` (anywhere, or on `options.node` only). */
   readonly ref: <Rpcs extends Rpc.Any>(
     group: RpcGroup.RpcGroup<Rpcs>,
@@ -152,17 +141,7 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
           return yield* new ActorAlreadyRunning({ actor: spawnOptions.name, node })
         }
         const context = yield* Effect.context<never>()
-        const { host, run } = Host.make({
-          name: spawnOptions.name,
-          node,
-          group: spawnOptions.group,
-          build: spawnOptions.build,
-          context,
-          restartPolicy: spawnOptions.restartPolicy,
-          concurrency: spawnOptions.concurrency,
-          system: spawnOptions.system ?? false,
-          shuttingDown: () => shuttingDown
-        })
+        const { host, run } = Host.make({ ...spawnOptions, node, context, shuttingDown: () => shuttingDown })
         locals.set(host.name, host)
         yield* Effect.addFinalizer(() =>
           Effect.sync(() => {
@@ -262,11 +241,8 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
     ): Effect.Effect<ActorRef<Rpcs>> =>
       Effect.suspend(() => {
         const key = `${name}\u0000${refOptions?.node ?? ""}`
-        let byName = refs.get(group)
-        if (byName === undefined) {
-          byName = new Map()
-          refs.set(group, byName)
-        }
+        const byName = refs.get(group) ?? new Map<string, unknown>()
+        refs.set(group, byName)
         const cached = byName.get(key) as ActorRef<Rpcs> | undefined
         if (cached !== undefined) return Effect.succeed(cached)
         const created = makeRef(group, name, refOptions?.node).pipe(Scope.extend(scope)) as Effect.Effect<ActorRef<Rpcs>>

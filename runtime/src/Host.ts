@@ -38,17 +38,22 @@ export interface ActorHost {
   readonly write: (clientId: number, message: FromClient<any>) => Effect.Effect<void>
 }
 
-export interface HostOptions {
+/** An actor to register on a node (`ActorSystem.spawn`). */
+export interface SpawnOptions {
   readonly name: string
-  readonly node: string
   readonly group: RpcGroup.RpcGroup<Rpc.Any>
   /** Builds the handlers of one incarnation (runs again on every restart). */
   readonly build: Effect.Effect<Record<string, (...args: Array<any>) => any>, unknown, any>
-  /** The services the build and the handlers run with. */
-  readonly context: Context.Context<never>
   readonly restartPolicy: Supervisor.RestartPolicy
   readonly concurrency: number | "unbounded"
-  readonly system: boolean
+  /** Node-internal actors are not listed among the node's actors. */
+  readonly system?: boolean
+}
+
+export interface HostOptions extends SpawnOptions {
+  readonly node: string
+  /** The services the build and the handlers run with. */
+  readonly context: Context.Context<never>
   /** True once the node is shutting down: calls cut short say so. */
   readonly shuttingDown: () => boolean
 }
@@ -206,7 +211,7 @@ export const make = (options: HostOptions): { readonly host: ActorHost; readonly
   const host: ActorHost = {
     name,
     group,
-    system: options.system,
+    system: options.system ?? false,
     status: () => status,
     restarts: () => restarts,
     started: Deferred.await(started),

@@ -118,12 +118,10 @@ export const layer = <E, R>(
       const system = yield* makeSystem({ node: id })
       const membership = yield* Membership.make({
         self: { id, incarnation, kind: "node", address: "", roles, maxFrameBytes },
-        mode: "node",
         secret: secret.secret,
         join: config.join ?? [],
         downAfter,
         heartbeat: Duration.millis(detectorTiming(downAfter).heartbeatMs),
-        maxFrameBytes,
         system
       })
       const bound = yield* Transport.listen({

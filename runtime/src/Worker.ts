@@ -47,13 +47,19 @@ const entryUrl = (entry: string | URL) =>
 const isTypeScript = (url: string) => /\.[cm]?ts$/.test(new URL(url).pathname)
 
 /** Starts a worker thread running `entry`: directly, or through the tsx bootstrap when it is TypeScript. */
-export const spawnThread = (entry: string | URL, options: { data?: unknown; resourceLimits?: WorkerThreads.ResourceLimits } = {}) => {
-  const url = entryUrl(entry)
+const spawnThread = (options: WorkerActorOptions) => {
+  const url = entryUrl(options.entry)
   return new WorkerThreads.Worker(isTypeScript(url) ? bootstrapPath : new URL(url), {
     workerData: { entry: url, data: options.data },
     ...(options.resourceLimits ? { resourceLimits: options.resourceLimits } : {})
   })
 }
+
+/** A handler per request of `group`, made by `f` from the request's tag and whether it streams. */
+const handlersFor = <H>(group: RpcGroup.RpcGroup<Rpc.Any>, f: (tag: string, isStream: boolean) => H): Record<string, H> =>
+  Object.fromEntries(
+    [...group.requests.values()].map((rpc) => [rpc._tag, f(rpc._tag, RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema))])
+  )
 
 /** In a worker: the `data` the node passed in `WorkerActorOptions`. */
 export const data = (): unknown => (WorkerThreads.workerData as { data?: unknown } | null)?.data
@@ -74,7 +80,7 @@ export const forwardingHandlers = (
   Effect.gen(function*() {
     const actor = yield* ActorContext
     const spawn = () => {
-      const thread = spawnThread(options.entry, options)
+      const thread = spawnThread(options)
       const crash = (reason: unknown) => Effect.runFork(actor.crash(Cause.die(reason)))
       thread.on("error", (error) => crash(error))
       thread.on("exit", (code) => crash(new WorkerExited(`worker thread of "${actor.name}" exited with code ${code}`)))
@@ -88,11 +94,8 @@ export const forwardingHandlers = (
     const client = yield* RpcClient.make(group, { flatten: true, disableTracing: true }).pipe(Effect.provide(protocol))
     // a broken worker is a crash of the actor (restart with a fresh one), not an error of the call
     const dieOnProtocolError = (error: unknown) => error instanceof RpcClientError
-    const handlers: Record<string, (...args: Array<any>) => any> = {}
-    for (const rpc of group.requests.values()) {
-      const tag = rpc._tag
-      const isStream = RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema)
-      handlers[tag] = isStream
+    return handlersFor(group, (tag, isStream): (...args: Array<any>) => any =>
+      isStream
         ? (payload: unknown, { headers }: { headers: any }) =>
           Stream.catchAll(
             client(tag, payload as never, { headers }) as unknown as Stream.Stream<unknown, unknown>,
@@ -103,9 +106,7 @@ export const forwardingHandlers = (
             client(tag, payload as never, { headers }) as unknown as Effect.Effect<unknown, unknown>,
             dieOnProtocolError,
             Effect.die
-          )
-    }
-    return handlers
+          ))
   })
 
 /**
@@ -139,11 +140,5 @@ export const serve = <Rpcs extends Rpc.Any, Handlers extends RpcGroup.HandlersFr
 }
 
 /** Handlers for every request of `group` that die with `error` (streams too). */
-const failingHandlers = (group: RpcGroup.RpcGroup<Rpc.Any>, error: Error): Record<string, () => unknown> => {
-  const handlers: Record<string, () => unknown> = {}
-  for (const rpc of group.requests.values()) {
-    const isStream = RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema)
-    handlers[rpc._tag] = isStream ? () => Stream.die(error) : () => Effect.die(error)
-  }
-  return handlers
-}
+const failingHandlers = (group: RpcGroup.RpcGroup<Rpc.Any>, error: Error): Record<string, () => unknown> =>
+  handlersFor(group, (_tag, isStream) => (isStream ? () => Stream.die(error) : () => Effect.die(error)))

@@ -36,12 +36,10 @@ export const connect = (options: ClientOptions): Effect.Effect<ClusterClient, Cl
     const system = yield* makeSystem({ node: id })
     const membership = yield* Membership.make({
       self: { id, incarnation: Date.now(), kind: "client", address: "", roles: [], maxFrameBytes },
-      mode: "client",
       secret: options.secret,
       join: [],
       downAfter: DEFAULT_DOWN_AFTER,
       heartbeat: Duration.seconds(1),
-      maxFrameBytes,
       system
     })
     yield* Effect.addFinalizer(() => membership.closeAll)

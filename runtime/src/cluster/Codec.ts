@@ -11,49 +11,40 @@ import { ActorError } from "../errors.js"
 
 type Codec<A = unknown> = (u: unknown) => Either.Either<A, ParseResult.ParseError>
 
-export interface RpcCodec {
-  readonly tag: string
-  readonly isStream: boolean
-  readonly encodePayload: Codec
-  readonly decodePayload: Codec
-  /** The success value of a non-stream rpc (the fast path of a reply). */
-  readonly encodeSuccess: Codec
-  readonly decodeSuccess: Codec
-  /** A whole `Exit` (typed failures, defects...). */
-  readonly encodeExit: Codec
-  readonly decodeExit: Codec<Exit.Exit<unknown, unknown>>
-  /** A chunk of a streamed reply. */
-  readonly encodeChunk: Codec<ReadonlyArray<unknown>>
-  readonly decodeChunk: Codec<ReadonlyArray<unknown>>
-}
-
-const cache = new WeakMap<object, RpcCodec>()
-
-const either = (schema: Schema.Schema<any, any, any>, direction: "encode" | "decode"): Codec<any> => {
+const either = <A = unknown>(schema: Schema.Schema<any, any, any>, direction: "encode" | "decode"): Codec<A> => {
   const s = schema as Schema.Schema<any, any, never>
-  return (direction === "encode" ? Schema.encodeUnknownEither(s) : Schema.decodeUnknownEither(s)) as Codec<any>
+  return (direction === "encode" ? Schema.encodeUnknownEither(s) : Schema.decodeUnknownEither(s)) as Codec<A>
 }
 
-export const forRpc = (rpc: Rpc.Any): RpcCodec => {
-  let codec = cache.get(rpc)
-  if (codec !== undefined) return codec
+const build = (rpc: Rpc.Any) => {
   const props = rpc as unknown as Rpc.AnyWithProps
   const stream = RpcSchema.getStreamSchemas(props.successSchema.ast)
   const exit = Rpc.exitSchema(rpc as any) as Schema.Schema<any, any, never>
   const chunk = Schema.Array(Option.isSome(stream) ? stream.value.success : Schema.Any)
-  codec = {
+  return {
     tag: props._tag,
     isStream: Option.isSome(stream),
     encodePayload: either(props.payloadSchema as any, "encode"),
     decodePayload: either(props.payloadSchema as any, "decode"),
+    /** The success value of a non-stream rpc (the fast path of a reply). */
     encodeSuccess: either(props.successSchema, "encode"),
     decodeSuccess: either(props.successSchema, "decode"),
+    /** A whole `Exit` (typed failures, defects...). */
     encodeExit: either(exit, "encode"),
-    decodeExit: either(exit, "decode"),
-    encodeChunk: either(chunk, "encode"),
-    decodeChunk: either(chunk, "decode")
-  }
-  cache.set(rpc, codec)
+    decodeExit: either<Exit.Exit<unknown, unknown>>(exit, "decode"),
+    /** A chunk of a streamed reply. */
+    encodeChunk: either<ReadonlyArray<unknown>>(chunk, "encode"),
+    decodeChunk: either<ReadonlyArray<unknown>>(chunk, "decode")
+  } as const
+}
+
+export type RpcCodec = ReturnType<typeof build>
+
+const cache = new WeakMap<object, RpcCodec>()
+
+export const forRpc = (rpc: Rpc.Any): RpcCodec => {
+  let codec = cache.get(rpc)
+  if (codec === undefined) cache.set(rpc, codec = build(rpc))
   return codec
 }
 

@@ -47,6 +47,21 @@ const isNonce = (u: unknown): u is Uint8Array => u instanceof Uint8Array && u.by
 const sameProof = (expected: Uint8Array, given: unknown) =>
   given instanceof Uint8Array && given.byteLength === expected.byteLength && timingSafeEqual(expected, given)
 
+/** The peer's info, if `given` proves that it knows the secret (else why not). */
+const verify = (
+  secret: Redacted.Redacted<string>,
+  side: "client" | "server",
+  serverNonce: Uint8Array,
+  clientNonce: Uint8Array,
+  rawInfo: unknown,
+  given: unknown,
+  wrongSecret: string
+): Either.Either<PeerInfo, string> => {
+  const info = decodeInfo(rawInfo)
+  if (Either.isLeft(info)) return Either.left("malformed peer info")
+  return sameProof(proof(secret, side, serverNonce, clientNonce, info.right), given) ? Either.right(info.right) : Either.left(wrongSecret)
+}
+
 /** The server's side: send `frame`, then check the client's Hello. */
 export const challenge = (secret: Redacted.Redacted<string>, self: PeerInfo) => {
   const serverNonce = randomBytes(NONCE_BYTES)
@@ -60,15 +75,10 @@ export const challenge = (secret: Redacted.Redacted<string>, self: PeerInfo) => 
       if (hello[0] !== Kind.Hello) return Either.left("expected a Hello frame")
       const [, clientNonce, clientProof, rawInfo] = hello
       if (!isNonce(clientNonce)) return Either.left("malformed nonce")
-      const info = decodeInfo(rawInfo)
-      if (Either.isLeft(info)) return Either.left("malformed peer info")
-      if (!sameProof(proof(secret, "client", serverNonce, clientNonce, info.right), clientProof)) {
-        return Either.left("wrong cluster secret")
-      }
-      return Either.right({
-        peer: info.right,
+      return Either.map(verify(secret, "client", serverNonce, clientNonce, rawInfo, clientProof, "wrong cluster secret"), (peer) => ({
+        peer,
         welcome: [Kind.Welcome, proof(secret, "server", serverNonce, clientNonce, self), self]
-      })
+      }))
     }
   }
 }
@@ -85,12 +95,7 @@ export const answer = (secret: Redacted.Redacted<string>, self: PeerInfo, challe
     check: (welcome: ReadonlyArray<unknown>): Either.Either<PeerInfo, string> => {
       if (welcome[0] === Kind.Refused) return Either.left(`refused: ${String(welcome[1])}`)
       if (welcome[0] !== Kind.Welcome) return Either.left("expected a Welcome frame")
-      const info = decodeInfo(welcome[2])
-      if (Either.isLeft(info)) return Either.left("malformed peer info")
-      if (!sameProof(proof(secret, "server", serverNonce, clientNonce, info.right), welcome[1])) {
-        return Either.left("the server does not know the cluster secret")
-      }
-      return Either.right(info.right)
+      return verify(secret, "server", serverNonce, clientNonce, welcome[2], welcome[1], "the server does not know the cluster secret")
     }
   })
 }

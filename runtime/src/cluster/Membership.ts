@@ -17,7 +17,7 @@
  * The member table and the rules above that change it are in MemberTable.ts; this file owns the
  * connections, the timers and locating actors.
  */
-import { Duration, Effect, Either, PubSub, type Redacted, Runtime, Schedule, Schema, Stream } from "effect"
+import { Deferred, Duration, Effect, Either, Exit, FiberId, PubSub, type Redacted, Runtime, Schedule, Schema, Stream } from "effect"
 import type { ActorSystemInternal, Locator } from "../ActorSystem.js"
 import { type ActorError, ActorNotFound, ActorUnavailable, type ClusterConnectError } from "../errors.js"
 import type { PeerInfo } from "./Handshake.js"
@@ -28,15 +28,14 @@ import * as Transport from "./Transport.js"
 import { Kind } from "./Wire.js"
 
 export interface MembershipOptions {
-  readonly self: PeerInfo
-  readonly mode: "node" | "client"
+  /** This process: `kind` says whether it is a node or a client, `maxFrameBytes` the largest frame it accepts. */
+  readonly self: PeerInfo & { readonly maxFrameBytes: number }
   readonly secret: Redacted.Redacted<string>
   readonly join: ReadonlyArray<string>
   /** A member silent for this long is marked down. */
   readonly downAfter: Duration.Duration
   /** How often gossip (the heartbeat) goes out. */
   readonly heartbeat: Duration.Duration
-  readonly maxFrameBytes: number
   readonly system: ActorSystemInternal
 }
 
@@ -71,13 +70,13 @@ export const make = (options: MembershipOptions) =>
     const links = new Map<string, Link>()
     const clientLinks = new Set<Link>()
     const dialing = new Set<string>()
-    /** Calls waiting for a connection being opened to a member. */
-    const linkListeners = new Map<string, Set<(link: Either.Either<Link, string>) => void>>()
-    const notifyLink = (id: string, result: Either.Either<Link, string>) => {
-      const waiting = linkListeners.get(id)
-      if (waiting === undefined) return
-      linkListeners.delete(id)
-      for (const listener of waiting) listener(result)
+    /** Calls waiting for a connection being opened to a member: done when it opens or fails. */
+    const linkWaits = new Map<string, Deferred.Deferred<Link, void>>()
+    const notifyLink = (id: string, link: Link | undefined) => {
+      const wait = linkWaits.get(id)
+      if (wait === undefined) return
+      linkWaits.delete(id)
+      Deferred.unsafeDone(wait, link ? Exit.succeed(link) : Exit.fail(undefined))
     }
     const nextDial = new Map<string, number>()
     let version = 0
@@ -119,15 +118,13 @@ export const make = (options: MembershipOptions) =>
     /** A heartbeat or a change of the local actors: a new version, sent to every peer. */
     const gossip = () => {
       version++
-      if (options.mode === "client" || leaving) return
+      if (self.kind === "client" || leaving) return
       const frame = gossipFrame()
       for (const link of links.values()) link.connection.send(frame)
       for (const link of clientLinks) link.connection.send(frame)
     }
 
     // ---- connections -------------------------------------------------------------------------
-
-    const closeReason = (peer: string) => (members.get(peer)?.status === "down" ? "node-down" : "disconnected")
 
     const setupLink = (connection: Transport.Connection): Link => {
       const remote = Remote.make(connection, { self: selfId, local: (name) => system.local(name), runtime })
@@ -153,7 +150,7 @@ export const make = (options: MembershipOptions) =>
           }
         },
         onClose: (code, reason) => {
-          remote.onClose(closeReason(peer.id))
+          remote.onClose(members.get(peer.id)?.status === "down" ? "node-down" : "disconnected")
           clientLinks.delete(link)
           if (links.get(peer.id) === link) {
             links.delete(peer.id)
@@ -181,7 +178,7 @@ export const make = (options: MembershipOptions) =>
         return connection.close(4008, "connected to itself")
       }
       if (peer.kind === "client") {
-        if (options.mode === "client") return connection.close(4003, "clients do not talk to clients")
+        if (self.kind === "client") return connection.close(4003, "clients do not talk to clients")
         const link = setupLink(connection)
         clientLinks.add(link)
         connection.send(gossipFrame())
@@ -203,13 +200,13 @@ export const make = (options: MembershipOptions) =>
       const link = setupLink(connection)
       links.set(peer.id, link)
       joinedOnce = true
-      notifyLink(peer.id, Either.right(link))
+      notifyLink(peer.id, link)
       table.connected(peer)
-      if (options.mode === "node") connection.send(gossipFrame())
+      if (self.kind === "node") connection.send(gossipFrame())
     }
 
     const dialAndRegister = (url: string) =>
-      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: options.maxFrameBytes, logs: { warn: log.warn } }).pipe(
+      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: self.maxFrameBytes, logs: { warn: log.warn } }).pipe(
         Effect.tap((connection) => Effect.sync(() => register(connection)))
       )
 
@@ -218,7 +215,7 @@ export const make = (options: MembershipOptions) =>
       runFork(
         dialAndRegister(url).pipe(
           Effect.catchAll((error) => {
-            notifyLink(key, Either.left(error.detail))
+            notifyLink(key, undefined)
             return quiet ? Effect.logDebug(error.message) : Effect.logWarning(error.message)
           }),
           Effect.ensuring(Effect.sync(() => dialing.delete(key)))
@@ -232,7 +229,7 @@ export const make = (options: MembershipOptions) =>
       const now = Date.now()
       for (const [id, entry] of members) {
         if (links.has(id) || dialing.has(id) || entry.info.address === "") continue
-        if (options.mode === "node" && !(selfId < id)) continue
+        if (self.kind === "node" && !(selfId < id)) continue
         if (now < (nextDial.get(id) ?? 0)) continue
         nextDial.set(id, now + (entry.status === "up" ? heartbeatMs : 5 * heartbeatMs))
         dial(entry.info.address, id, entry.status === "down")
@@ -256,28 +253,21 @@ export const make = (options: MembershipOptions) =>
 
     const waitForLink = (id: string, actor: string): Effect.Effect<Remote.Channel, ActorError> => {
       // clients always dial; of two nodes the smaller id dials (the other one is on its way)
-      if ((options.mode === "client" || selfId < id) && !dialing.has(id)) {
+      if ((self.kind === "client" || selfId < id) && !dialing.has(id)) {
         const address = members.get(id)?.info.address
         if (address) {
           nextDial.set(id, Date.now() + heartbeatMs)
           dial(address, id, false)
         }
       }
-      return Effect.async<Remote.Channel, ActorError>((resume) => {
-        const listener = (link: Either.Either<Link, string>) =>
-          resume(
-            Either.isRight(link)
-              ? Effect.succeed(link.right.remote.channel)
-              : Effect.fail(new ActorUnavailable({ actor, node: id, reason: "disconnected" }))
-          )
-        let set = linkListeners.get(id)
-        if (set === undefined) linkListeners.set(id, set = new Set())
-        set.add(listener)
-        return Effect.sync(() => set.delete(listener))
-      }).pipe(
-        Effect.timeoutFail({
-          duration: CONNECT_WAIT,
-          onTimeout: () => new ActorUnavailable({ actor, node: id, reason: "disconnected" })
+      let wait = linkWaits.get(id)
+      if (wait === undefined) linkWaits.set(id, wait = Deferred.unsafeMake<Link, void>(FiberId.none))
+      // a failed dial and no connection in time look the same to the caller
+      return Deferred.await(wait).pipe(
+        Effect.timeout(CONNECT_WAIT),
+        Effect.mapBoth({
+          onFailure: () => new ActorUnavailable({ actor, node: id, reason: "disconnected" }),
+          onSuccess: (link) => link.remote.channel
         })
       )
     }
@@ -311,7 +301,7 @@ export const make = (options: MembershipOptions) =>
 
     const allMembers = Effect.sync((): ReadonlyArray<Member> => {
       const list = [...members.values()].map(toMemberView)
-      if (options.mode === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation, lastHeartbeat: Date.now() })
+      if (self.kind === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation, lastHeartbeat: Date.now() })
       return list.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
     })
 

@@ -81,11 +81,6 @@ const serialRunner = (runtime: Runtime.Runtime<never>) => {
   }
 }
 
-const headersOf = (headers: Headers.Headers): ReadonlyArray<readonly [string, string]> | undefined => {
-  const entries = Object.entries(headers)
-  return entries.length === 0 ? undefined : entries
-}
-
 export const make = (connection: Connection, options: ChannelOptions) => {
   const node = connection.peer.id
   const run = serialRunner(options.runtime)
@@ -109,8 +104,8 @@ export const make = (connection: Connection, options: ChannelOptions) => {
         return Effect.fail(new InvalidMessage({ actor, tag: codec.tag, detail: Codec.describe(payload.left) }))
       }
       const id = Number(message.id)
-      const headers = headersOf(message.headers)
-      const frame = headers === undefined
+      const headers = Object.entries(message.headers)
+      const frame = headers.length === 0
         ? [Kind.Request, actor, id, codec.tag, payload.right]
         : [Kind.Request, actor, id, codec.tag, payload.right, headers]
       pending.set(id, { actor, codec, requestId: message.id, deliver })

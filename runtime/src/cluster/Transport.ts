@@ -183,6 +183,16 @@ const raiseFrameLimit = (ws: WebSocket, maxFrameBytes: number): boolean => {
   return true
 }
 
+/** The one frame of a handshake message, or undefined if it is not one. */
+const handshakeFrame = (data: unknown, isBinary: boolean, maxBytes = Number.POSITIVE_INFINITY): Wire.Frame | undefined => {
+  if (!isBinary || (data as Uint8Array).byteLength > maxBytes) return undefined
+  try {
+    return Wire.decode(data as Uint8Array)
+  } catch {
+    return undefined
+  }
+}
+
 const accept = (options: ServerOptions, ws: WebSocket, remote: string) => {
   const hs = Handshake.challenge(options.secret, options.self())
   let connection: ReturnType<typeof makeConnection> | undefined
@@ -203,17 +213,8 @@ const accept = (options: ServerOptions, ws: WebSocket, remote: string) => {
     if (done) return
     done = true
     clearTimeout(timer)
-    const size = (data as Uint8Array).byteLength ?? 0
-    let result: ReturnType<typeof hs.check>
-    if (!isBinary || size > Wire.MAX_HANDSHAKE_FRAME_BYTES) {
-      result = Either.left("malformed handshake")
-    } else {
-      try {
-        result = hs.check(Wire.decode(data as Uint8Array))
-      } catch {
-        result = Either.left("malformed handshake")
-      }
-    }
+    const frame = handshakeFrame(data, isBinary, Wire.MAX_HANDSHAKE_FRAME_BYTES)
+    const result = frame === undefined ? Either.left("malformed handshake") : hs.check(frame)
     if (Either.isLeft(result)) {
       options.logs.warn(`refused connection from ${remote}: ${result.left}`)
       return refuse(ws, result.left)
@@ -322,13 +323,8 @@ export const dial = (url: string, options: DialOptions): Effect.Effect<Connectio
       ws.on("message", (data, isBinary) => {
         if (connection) return connection.receive(data, isBinary)
         if (settled) return
-        let frame: Wire.Frame
-        try {
-          if (!isBinary) throw new Error("text frame")
-          frame = Wire.decode(data as Uint8Array)
-        } catch {
-          return fail("the server does not speak the reins protocol")
-        }
+        const frame = handshakeFrame(data, isBinary)
+        if (frame === undefined) return fail("the server does not speak the reins protocol")
         if (check === undefined) {
           const answered = Handshake.answer(options.secret, options.self, frame)
           if (Either.isLeft(answered)) return fail(answered.left)
