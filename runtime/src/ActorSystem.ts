@@ -168,12 +168,8 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
         }
 
         const toLocal = (host: Host.ActorHost, request: Request<any>) => {
-          let clientId = localIds.get(host)
-          if (clientId === undefined) {
-            clientId = host.connect(deliver)
-            localIds.set(host, clientId)
-          }
-          const id = clientId
+          const id = localIds.get(host) ?? host.connect(deliver)
+          localIds.set(host, id)
           routes.set(request.id, {
             ack: (requestId) => host.write(id, { _tag: "Ack", requestId }),
             interrupt: (requestId) => host.write(id, { _tag: "Interrupt", requestId, interruptors: [] })

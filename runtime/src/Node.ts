@@ -69,7 +69,7 @@ export const DEFAULT_DOWN_AFTER = Duration.seconds(4)
  */
 export const detectorTiming = (downAfter: Duration.DurationInput = DEFAULT_DOWN_AFTER) => {
   const downAfterMs = Duration.toMillis(Duration.decode(downAfter))
-  const heartbeatMs = Math.min(1_000, downAfterMs / 4)
+  const heartbeatMs = Membership.heartbeatEveryMs(downAfterMs)
   const checkMs = Membership.checkEveryMs(heartbeatMs)
   return { downAfterMs, heartbeatMs, checkMs, worstMs: downAfterMs + checkMs }
 }
@@ -121,7 +121,6 @@ export const layer = <E, R>(
         secret: secret.secret,
         join: config.join ?? [],
         downAfter,
-        heartbeat: Duration.millis(detectorTiming(downAfter).heartbeatMs),
         system
       })
       const bound = yield* Transport.listen({

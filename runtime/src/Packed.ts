@@ -11,11 +11,7 @@ const bytesOf = (a: Int32Array | Float32Array): Uint8Array => new Uint8Array(a.b
  * An owned, aligned copy of the bytes. Not `bytes.slice()`: msgpackr decodes `bin` as a Node
  * `Buffer` view into the whole frame (or the 8 KiB pool), and `Buffer#slice` does not copy.
  */
-const ownedBuffer = (bytes: Uint8Array): ArrayBuffer => {
-  const copy = new Uint8Array(bytes.byteLength)
-  copy.set(bytes)
-  return copy.buffer
-}
+const ownedBuffer = (bytes: Uint8Array): ArrayBuffer => new Uint8Array(bytes).buffer
 
 const packed = <A extends Int32Array | Float32Array>(
   name: string,

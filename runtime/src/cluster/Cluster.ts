@@ -4,7 +4,7 @@
  * needs, and calls actors through an ordinary `ActorSystem`, but is never a member and hosts no
  * actors.
  */
-import { Duration, Effect, Layer, type Redacted, Schedule, type Scope } from "effect"
+import { Effect, Layer, type Redacted, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { ActorSystem, type ActorSystemService, make as makeSystem } from "../ActorSystem.js"
 import { type ActorError, ClusterConnectError } from "../errors.js"
@@ -39,7 +39,6 @@ export const connect = (options: ClientOptions): Effect.Effect<ClusterClient, Cl
       secret: options.secret,
       join: [],
       downAfter: DEFAULT_DOWN_AFTER,
-      heartbeat: Duration.seconds(1),
       system
     })
     yield* Effect.addFinalizer(() => membership.closeAll)

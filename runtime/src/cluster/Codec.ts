@@ -43,8 +43,8 @@ export type RpcCodec = ReturnType<typeof build>
 const cache = new WeakMap<object, RpcCodec>()
 
 export const forRpc = (rpc: Rpc.Any): RpcCodec => {
-  let codec = cache.get(rpc)
-  if (codec === undefined) cache.set(rpc, codec = build(rpc))
+  const codec = cache.get(rpc) ?? build(rpc)
+  cache.set(rpc, codec)
   return codec
 }
 

@@ -59,7 +59,6 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
   }
 
   const markDown = (e: Entry, reason: DownReason, now: number) => {
-    if (e.status === "down" && (reason !== "left" || e.left)) return
     if (reason === "left") e.left = true
     if (e.status === "down") return
     e.status = "down"

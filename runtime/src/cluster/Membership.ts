@@ -32,10 +32,8 @@ export interface MembershipOptions {
   readonly self: PeerInfo & { readonly maxFrameBytes: number }
   readonly secret: Redacted.Redacted<string>
   readonly join: ReadonlyArray<string>
-  /** A member silent for this long is marked down. */
+  /** A member silent for this long is marked down (gossip, the heartbeat, goes out four times as often). */
   readonly downAfter: Duration.Duration
-  /** How often gossip (the heartbeat) goes out. */
-  readonly heartbeat: Duration.Duration
   readonly system: ActorSystemInternal
 }
 
@@ -43,6 +41,9 @@ interface Link {
   readonly connection: Transport.Connection
   readonly remote: ReturnType<typeof Remote.make>
 }
+
+/** How often gossip (the heartbeat) goes out: a quarter of `downAfter`, at most every second. */
+export const heartbeatEveryMs = (downAfterMs: number) => Math.min(1_000, downAfterMs / 4)
 
 /**
  * How often the failure detector looks (every tick; gossip goes out every 4th): a quarter of the
@@ -65,7 +66,7 @@ export const make = (options: MembershipOptions) =>
     const self = { ...options.self }
     const selfId = self.id
     const downAfterMs = Duration.toMillis(options.downAfter)
-    const heartbeatMs = Duration.toMillis(options.heartbeat)
+    const heartbeatMs = heartbeatEveryMs(downAfterMs)
 
     const links = new Map<string, Link>()
     const clientLinks = new Set<Link>()
@@ -97,12 +98,10 @@ export const make = (options: MembershipOptions) =>
       version
     })
 
-    const publish = (event: MemberEvent) => run(PubSub.publish(events, event))
-
     const table = makeMemberTable({
       selfId,
       log,
-      publish,
+      publish: (event) => run(PubSub.publish(events, event)),
       onDown: (e, reason) => {
         // Calls pending on a member that stopped answering fail fast.
         const link = links.get(e.info.id)
@@ -260,8 +259,8 @@ export const make = (options: MembershipOptions) =>
           dial(address, id, false)
         }
       }
-      let wait = linkWaits.get(id)
-      if (wait === undefined) linkWaits.set(id, wait = Deferred.unsafeMake<Link, void>(FiberId.none))
+      const wait = linkWaits.get(id) ?? Deferred.unsafeMake<Link, void>(FiberId.none)
+      linkWaits.set(id, wait)
       // a failed dial and no connection in time look the same to the caller
       return Deferred.await(wait).pipe(
         Effect.timeout(CONNECT_WAIT),

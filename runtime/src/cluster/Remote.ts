@@ -221,11 +221,8 @@ export const make = (connection: Connection, options: ChannelOptions) => {
     })
 
   const clientIdFor = (host: ActorHost) => {
-    let id = clientIds.get(host)
-    if (id === undefined) {
-      id = host.connect(sink)
-      clientIds.set(host, id)
-    }
+    const id = clientIds.get(host) ?? host.connect(sink)
+    clientIds.set(host, id)
     return id
   }
 
