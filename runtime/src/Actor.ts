@@ -85,8 +85,6 @@ export interface Actor<Name extends string, Rpcs extends Rpc.Any> {
   ref(name?: string, options?: { readonly node?: string | undefined }): Effect.Effect<ActorRef<Rpcs>, never, ActorSystem>
 }
 
-export type Any = Actor<string, Rpc.Any>
-
 const registeredName = (actorName: string, options: ActorOptions | undefined, node: string) =>
   typeof options?.name === "function" ? options.name(node) : options?.name ?? actorName
 

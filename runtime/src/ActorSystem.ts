@@ -191,10 +191,8 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
         const route = (request: Request<any>): Effect.Effect<void, ActorError> => {
           const host = pin === undefined || pin === node ? locals.get(name) : undefined
           if (host !== undefined && host.status() !== "stopped") return toLocal(host, request)
-          if (pin === node) {
-            return host ? toLocal(host, request) : Effect.fail(new ActorNotFound({ actor: name, node }))
-          }
-          if (locator === undefined) {
+          // pinned here, or no cluster to look in: the local host (stopped) or nothing
+          if (pin === node || locator === undefined) {
             return host ? toLocal(host, request) : Effect.fail(new ActorNotFound({ actor: name, node: pin }))
           }
           return Effect.matchEffect(locator.locate(name, pin), {
@@ -211,10 +209,8 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
             switch (message._tag) {
               case "Request":
                 return route(message)
-              case "Ack": {
-                const r = routes.get(message.requestId)
-                return r ? r.ack(message.requestId) : Effect.void
-              }
+              case "Ack":
+                return routes.get(message.requestId)?.ack(message.requestId) ?? Effect.void
               case "Interrupt": {
                 const r = routes.get(message.requestId)
                 routes.delete(message.requestId)

@@ -6,7 +6,7 @@
  * closes its connections and its port.
  */
 import { Rpc, RpcGroup } from "@effect/rpc"
-import { Context, Duration, Effect, ExecutionStrategy, Layer, type Redacted, Runtime, Scope } from "effect"
+import { Context, Duration, Effect, ExecutionStrategy, Layer, type Redacted, Scope } from "effect"
 import os from "node:os"
 import path from "node:path"
 import * as Actor from "./Actor.js"
@@ -113,7 +113,6 @@ export const layer = <E, R>(
       const roles = [...(config.roles ?? [])]
       const maxFrameBytes = config.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
       const incarnation = Date.now()
-      const runtime = yield* Effect.runtime<never>()
 
       const system = yield* makeSystem({ node: id })
       const membership = yield* Membership.make({
@@ -131,7 +130,7 @@ export const layer = <E, R>(
         maxFrameBytes,
         onConnection: membership.onConnection,
         health: () => ({ id, status: "up", roles }),
-        logs: { warn: (message) => Runtime.runFork(runtime)(Effect.logWarning(message)) }
+        logs: membership.log
       })
       yield* Effect.addFinalizer(() => membership.closeAll)
       const address = config.advertise ?? advertised(host, bound.port)

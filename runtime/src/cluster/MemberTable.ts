@@ -85,10 +85,8 @@ export const makeMemberTable = ({ log, onDown, publish, selfId }: MemberTableOpt
         if (status === "up") markUp(entry, now)
         continue
       }
-      const newer = info.incarnation > current.info.incarnation ||
-        (info.incarnation === current.info.incarnation && info.version > current.info.version)
-      if (!newer) continue
       const restarted = info.incarnation > current.info.incarnation
+      if (!restarted && !(info.incarnation === current.info.incarnation && info.version > current.info.version)) continue
       if (current.status === "down" && !restarted && (from !== m.id || current.left)) continue
       current.info = info
       current.lastProgress = performance.now()

@@ -154,9 +154,7 @@ export const make = (options: MembershipOptions) =>
           if (links.get(peer.id) === link) {
             links.delete(peer.id)
             nextDial.delete(peer.id) // redial at the next tick if it is still up
-            if (!leaving && peer.kind === "node") {
-              log.info(`connection to ${peer.id} closed (${code}${reason ? ` ${reason}` : ""})`)
-            }
+            if (!leaving && peer.kind === "node") log.info(`connection to ${peer.id} closed (${code}${reason ? ` ${reason}` : ""})`)
           }
         }
       })
@@ -178,8 +176,7 @@ export const make = (options: MembershipOptions) =>
       }
       if (peer.kind === "client") {
         if (self.kind === "client") return connection.close(4003, "clients do not talk to clients")
-        const link = setupLink(connection)
-        clientLinks.add(link)
+        clientLinks.add(setupLink(connection))
         connection.send(gossipFrame())
         return
       }
@@ -205,7 +202,7 @@ export const make = (options: MembershipOptions) =>
     }
 
     const dialAndRegister = (url: string) =>
-      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: self.maxFrameBytes, logs: { warn: log.warn } }).pipe(
+      Transport.dial(url, { secret: options.secret, self, maxFrameBytes: self.maxFrameBytes, logs: log }).pipe(
         Effect.tap((connection) => Effect.sync(() => register(connection)))
       )
 
@@ -342,6 +339,8 @@ export const make = (options: MembershipOptions) =>
 
     return {
       self: () => ({ ...self }),
+      /** Logs from plain callbacks (sockets, timers) with the services `make` ran with. */
+      log,
       onConnection: register,
       locator,
       start,

@@ -12,7 +12,7 @@ import * as Headers from "@effect/platform/Headers"
 import type * as Rpc from "@effect/rpc/Rpc"
 import type { FromServer, Request } from "@effect/rpc/RpcMessage"
 import { RequestId } from "@effect/rpc/RpcMessage"
-import { Cause, Effect, Either, Exit, Runtime } from "effect"
+import { Cause, Effect, Either, Exit, type ParseResult, Runtime } from "effect"
 import * as Codec from "./Codec.js"
 import {
   ActorDefect,
@@ -142,7 +142,11 @@ export const make = (connection: Connection, options: ChannelOptions) => {
   const invalid = (p: Pending, detail: string) =>
     exitWith(p, Exit.fail(new InvalidMessage({ actor: p.actor, tag: p.codec.tag, detail })))
 
-  const invalidReply = (p: Pending, error: Parameters<typeof Codec.describe>[0]) => invalid(p, `reply: ${Codec.describe(error)}`)
+  const invalidReply = (p: Pending, error: ParseResult.ParseError) => invalid(p, `reply: ${Codec.describe(error)}`)
+
+  /** What the caller gets for a reply: its `Exit`, or `InvalidMessage` if it does not decode. */
+  const decoded = <A>(p: Pending, value: Either.Either<A, ParseResult.ParseError>, toExit: (a: A) => Exit.Exit<unknown, unknown>) =>
+    Either.isLeft(value) ? invalidReply(p, value.left) : exitWith(p, toExit(value.right))
 
   const onReply = (frame: ReadonlyArray<unknown>) => {
     const id = frame[1] as number
@@ -159,21 +163,11 @@ export const make = (connection: Connection, options: ChannelOptions) => {
         return fork(p.deliver({ _tag: "Chunk", clientId: 0, requestId: p.requestId, values: values.right as any }))
       }
       case Kind.ExitOk:
-        return reply(id, (p) => {
-          if (p.codec.isStream) return exitWith(p, Exit.void)
-          const value = p.codec.decodeSuccess(frame[2])
-          return Either.isLeft(value) ? invalidReply(p, value.left) : exitWith(p, Exit.succeed(value.right))
-        })
+        return reply(id, (p) => (p.codec.isStream ? exitWith(p, Exit.void) : decoded(p, p.codec.decodeSuccess(frame[2]), Exit.succeed)))
       case Kind.Exit:
-        return reply(id, (p) => {
-          const exit = p.codec.decodeExit(frame[2])
-          return Either.isLeft(exit) ? invalidReply(p, exit.left) : exitWith(p, exit.right)
-        })
+        return reply(id, (p) => decoded(p, p.codec.decodeExit(frame[2]), (exit) => exit))
       case Kind.Error:
-        return reply(id, (p) => {
-          const error = Codec.decodeActorError(frame[2])
-          return Either.isLeft(error) ? invalidReply(p, error.left) : exitWith(p, Exit.fail(error.right))
-        })
+        return reply(id, (p) => decoded(p, Codec.decodeActorError(frame[2]), Exit.fail))
     }
   }
 
