@@ -137,9 +137,7 @@ export const make = (options: { readonly node: string }): Effect.Effect<ActorSys
 
     const spawn: ActorSystemService["spawn"] = (spawnOptions) =>
       Effect.gen(function*() {
-        if (locals.has(spawnOptions.name)) {
-          return yield* new ActorAlreadyRunning({ actor: spawnOptions.name, node })
-        }
+        if (locals.has(spawnOptions.name)) return yield* new ActorAlreadyRunning({ actor: spawnOptions.name, node })
         const context = yield* Effect.context<never>()
         const { host, run } = Host.make({ ...spawnOptions, node, context, shuttingDown: () => shuttingDown })
         locals.set(host.name, host)

@@ -19,6 +19,9 @@ import * as Supervisor from "./Supervisor.js"
 
 export type HostStatus = "starting" | "running" | "restarting" | "stopped"
 
+/** What an actor's build returns: a handler per message tag. */
+export type Handlers = Record<string, (...args: Array<any>) => any>
+
 /** Where a host sends the responses meant for one caller. */
 export type Deliver = (message: FromServer<any>) => Effect.Effect<void>
 
@@ -43,7 +46,7 @@ export interface SpawnOptions {
   readonly name: string
   readonly group: RpcGroup.RpcGroup<Rpc.Any>
   /** Builds the handlers of one incarnation (runs again on every restart). */
-  readonly build: Effect.Effect<Record<string, (...args: Array<any>) => any>, unknown, any>
+  readonly build: Effect.Effect<Handlers, unknown, any>
   readonly restartPolicy: Supervisor.RestartPolicy
   readonly concurrency: number | "unbounded"
   /** Node-internal actors are not listed among the node's actors. */
@@ -80,7 +83,7 @@ const guard = (handler: (...args: Array<any>) => any, isStream: boolean) => (...
 
 const handlersContext = (
   group: RpcGroup.RpcGroup<Rpc.Any>,
-  handlers: Record<string, (...args: Array<any>) => any>,
+  handlers: Handlers,
   context: Context.Context<never>
 ) => {
   const entries = new Map<string, unknown>()
@@ -151,10 +154,7 @@ export const make = (options: HostOptions): { readonly host: ActorHost; readonly
       const context = options.context.pipe(Context.add(ActorContext, actorContext), Context.add(Scope.Scope, scope))
 
       const start = Effect.gen(function*() {
-        const handlers = yield* (Effect.provide(options.build, context) as Effect.Effect<
-          Record<string, (...args: Array<any>) => any>,
-          unknown
-        >)
+        const handlers = yield* (Effect.provide(options.build, context) as Effect.Effect<Handlers, unknown>)
         const built = handlersContext(group, handlers, context)
         const server = yield* RpcServer.makeNoSerialization(group, {
           disableTracing: true,

@@ -2,7 +2,7 @@
  * Cluster members as a node sees them, and the events watchers receive. Schemas, because they
  * travel (gossip, `reins status`).
  */
-import { Schema } from "effect"
+import { Schema, Struct } from "effect"
 
 /** A member as its owner describes itself; `version` grows with every heartbeat and change. */
 export const MemberInfo = Schema.Struct({
@@ -46,17 +46,8 @@ export type MemberEvent =
 /** `{"nodes":[...]}`: what `reins status` prints with `--json`. */
 export const ClusterStatus = Schema.Struct({
   nodes: Schema.Array(
-    Schema.Struct({
-      id: Schema.String,
-      address: Schema.String,
-      roles: Schema.Array(Schema.String),
-      status: MemberState,
-      actors: Schema.Array(Schema.String),
-      since: Schema.Number,
-      /** See `Member.lastHeartbeat`. */
-      lastHeartbeat: Schema.optional(Schema.Number),
-      incarnation: Schema.Number
-    })
+    // a member without its `version`, its fields in the order they are printed
+    Schema.Struct(Struct.pick(Member.fields, "id", "address", "roles", "status", "actors", "since", "lastHeartbeat", "incarnation"))
   )
 })
 export type ClusterStatus = typeof ClusterStatus.Type

@@ -313,10 +313,9 @@ export const make = (options: MembershipOptions) =>
       Effect.gen(function*() {
         self.address = address
         let n = 0
-        const every = checkEveryMs(heartbeatMs)
         yield* Effect.sync(() => tick(n++ % 4 === 0)).pipe(
           Effect.catchAllDefect((defect) => Effect.logError("membership tick failed", defect)),
-          Effect.repeat(Schedule.spaced(Duration.millis(every))),
+          Effect.repeat(Schedule.spaced(Duration.millis(checkEveryMs(heartbeatMs)))),
           Effect.forkScoped
         )
       })

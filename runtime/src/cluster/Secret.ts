@@ -62,9 +62,7 @@ export const load = (options: {
       return { secret, source: "file", path: file } as const
     }
     const env = process.env[ENV]
-    if (env !== undefined && env !== "") {
-      return { secret: yield* check(env.trim(), ENV), source: "env" } as const
-    }
+    if (env !== undefined && env !== "") return { secret: yield* check(env.trim(), ENV), source: "env" } as const
     const file = path.resolve(options.dataDir, FILE_NAME)
     if (existsSync(file)) {
       const secret = yield* Effect.flatMap(readFile(file), (v) => check(v, file))
