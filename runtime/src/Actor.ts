@@ -85,9 +85,6 @@ export interface Actor<Name extends string, Rpcs extends Rpc.Any> {
   ref(name?: string, options?: { readonly node?: string | undefined }): Effect.Effect<ActorRef<Rpcs>, never, ActorSystem>
 }
 
-const registeredName = (actorName: string, options: ActorOptions | undefined, node: string) =>
-  typeof options?.name === "function" ? options.name(node) : options?.name ?? actorName
-
 /** Defines an actor: a name and the `RpcGroup` it answers. */
 export const make = <const Name extends string, Rpcs extends Rpc.Any>(
   name: Name,
@@ -96,7 +93,7 @@ export const make = <const Name extends string, Rpcs extends Rpc.Any>(
   const spawnWith = (build: unknown, options: ActorOptions | undefined) =>
     Effect.flatMap(ActorSystem, (system) =>
       system.spawn({
-        name: registeredName(name, options, system.node),
+        name: typeof options?.name === "function" ? options.name(system.node) : options?.name ?? name,
         group: protocol as unknown as RpcGroup.RpcGroup<Rpc.Any>,
         build: (Effect.isEffect(build) ? build : Effect.succeed(build)) as Effect.Effect<Record<string, any>, unknown, any>,
         restartPolicy: options?.restart ?? Supervisor.defaultPolicy,

@@ -329,8 +329,7 @@ export const dial = (url: string, options: DialOptions): Effect.Effect<Connectio
           const answered = Handshake.answer(options.secret, options.self, frame)
           if (Either.isLeft(answered)) return fail(answered.left)
           check = answered.right.check
-          ws.send(Wire.encode(answered.right.hello))
-          return
+          return ws.send(Wire.encode(answered.right.hello))
         }
         const peer = check(frame)
         if (Either.isLeft(peer)) return fail(peer.left)
