@@ -55,11 +55,11 @@ const spawnThread = (options: WorkerActorOptions) => {
   })
 }
 
+const isStreamRpc = (rpc: Rpc.Any) => RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema)
+
 /** A handler per request of `group`, made by `f` from the request's tag and whether it streams. */
 const handlersFor = <H>(group: RpcGroup.RpcGroup<Rpc.Any>, f: (tag: string, isStream: boolean) => H): Record<string, H> =>
-  Object.fromEntries(
-    [...group.requests.values()].map((rpc) => [rpc._tag, f(rpc._tag, RpcSchema.isStreamSchema((rpc as unknown as Rpc.AnyWithProps).successSchema))])
-  )
+  Object.fromEntries([...group.requests.values()].map((rpc) => [rpc._tag, f(rpc._tag, isStreamRpc(rpc))]))
 
 /** In a worker: the `data` the node passed in `WorkerActorOptions`. */
 export const data = (): unknown => (WorkerThreads.workerData as { data?: unknown } | null)?.data

@@ -59,7 +59,8 @@ const verify = (
 ): Either.Either<PeerInfo, string> => {
   const info = decodeInfo(rawInfo)
   if (Either.isLeft(info)) return Either.left("malformed peer info")
-  return sameProof(proof(secret, side, serverNonce, clientNonce, info.right), given) ? Either.right(info.right) : Either.left(wrongSecret)
+  if (!sameProof(proof(secret, side, serverNonce, clientNonce, info.right), given)) return Either.left(wrongSecret)
+  return Either.right(info.right)
 }
 
 /** The server's side: send `frame`, then check the client's Hello. */

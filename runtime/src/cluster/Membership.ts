@@ -295,15 +295,13 @@ export const make = (options: MembershipOptions) =>
       return Effect.fail(new ActorUnavailable({ actor: name, node: nodes[0]!, reason: "node-down" }))
     }
 
-    const allMembers = Effect.sync((): ReadonlyArray<Member> => {
-      const list = [...members.values()].map(toMemberView)
-      if (self.kind === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation, lastHeartbeat: Date.now() })
-      return list.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
-    })
-
     const locator: Locator = {
       locate,
-      members: allMembers,
+      members: Effect.sync((): ReadonlyArray<Member> => {
+        const list = [...members.values()].map(toMemberView)
+        if (self.kind === "node") list.push({ ...selfInfo(), status: "up", since: self.incarnation, lastHeartbeat: Date.now() })
+        return list.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      }),
       events: Stream.fromPubSub(events)
     }
     system.attach(locator)
