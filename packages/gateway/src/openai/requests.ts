@@ -148,15 +148,8 @@ export const checkKnown = (body: Record<string, unknown>, known: ReadonlySet<str
 const chatKeys = new Set(Object.keys(ChatFields.fields))
 const completionKeys = new Set(Object.keys(CompletionFields.fields))
 
-/** Refuses what would change sampling without being honoured. */
-const checkSupported = (r: {
-  readonly n?: number | null
-  readonly frequency_penalty?: number | null
-  readonly presence_penalty?: number | null
-  readonly logit_bias?: Readonly<Record<string, number>> | null
-  readonly stream?: boolean | null
-  readonly stream_options?: unknown
-}): Either.Either<void, ApiError> => {
+/** Refuses what would change sampling without being honoured (fields both endpoints share). */
+const checkSupported = (r: Pick<CompletionRequest, keyof typeof sampling>): Either.Either<void, ApiError> => {
   if ((r.n ?? 1) > 1) return Either.left(unsupported("Only n=1 is supported: send one request per sample (each is recorded as its own call).", "n"))
   if ((r.frequency_penalty ?? 0) !== 0) return Either.left(unsupported("frequency_penalty is not supported (it would change the recorded sampling distribution).", "frequency_penalty"))
   if ((r.presence_penalty ?? 0) !== 0) return Either.left(unsupported("presence_penalty is not supported (it would change the recorded sampling distribution).", "presence_penalty"))
