@@ -5,22 +5,7 @@
 import { Context, Layer } from "effect"
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client"
 
-export interface MetricsService {
-  readonly registry: Registry
-  readonly requests: Counter<"route" | "status">
-  readonly latency: Histogram<"route">
-  readonly tokens: Counter<"kind">
-  readonly held: Gauge
-  readonly inFlight: Gauge
-  readonly paused: Gauge
-  readonly heldSeconds: Histogram
-  readonly pauseSeconds: Histogram
-  readonly drainSeconds: Histogram
-}
-
-export class Metrics extends Context.Tag("@reins/gateway/Metrics")<Metrics, MetricsService>() {}
-
-const make = (): MetricsService => {
+const make = () => {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry, prefix: "reins_gateway_process_" })
   const registers = [registry]
@@ -68,5 +53,9 @@ const make = (): MetricsService => {
     })
   }
 }
+
+export type MetricsService = ReturnType<typeof make>
+
+export class Metrics extends Context.Tag("@reins/gateway/Metrics")<Metrics, MetricsService>() {}
 
 export const layer: Layer.Layer<Metrics> = Layer.sync(Metrics, make)

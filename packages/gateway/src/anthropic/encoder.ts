@@ -7,7 +7,7 @@
  */
 import type { GenerateChunk } from "@reins/protocol"
 import { randomBytes } from "node:crypto"
-import type { Generated, ReplyEncoder } from "../calls/encoder.js"
+import { type Generated, hasReasoning, hasText, type ReplyEncoder } from "../calls/encoder.js"
 import type { ApiError } from "../http/errors.js"
 import { namedSse } from "../http/sse.js"
 import type { Streamed } from "../openai/output.js"
@@ -39,14 +39,11 @@ const inputOf = (c: ReplyCall): Json => {
   }
 }
 
-const hasThinking = (g: Generated) => (g.output.reasoning ?? "") !== ""
-const hasText = (g: Generated) => g.output.content !== "" || g.output.toolCalls.length === 0
-
 const usage = (input: number, output: number) => ({ input_tokens: input, output_tokens: output, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 })
 
 export const messagesEncoder = (o: MessagesEncoderOptions): ReplyEncoder => {
   const content = (g: Generated): Array<Json> => [
-    ...(hasThinking(g) ? [{ type: "thinking", thinking: g.output.reasoning!, signature: SIGNATURE }] : []),
+    ...(hasReasoning(g) ? [{ type: "thinking", thinking: g.output.reasoning!, signature: SIGNATURE }] : []),
     ...(hasText(g) ? [{ type: "text", text: g.output.content }] : []),
     ...g.output.toolCalls.map((c) => ({ type: "tool_use", id: c.id, name: c.name, input: inputOf(c) }))
   ]
@@ -96,7 +93,7 @@ export const messagesEncoder = (o: MessagesEncoderOptions): ReplyEncoder => {
     chunk: (_chunk: GenerateChunk, text: Streamed) => [...delta("thinking", text.reasoning), ...delta("text", text.content)],
     end: (g) => {
       const events: Array<Uint8Array> = []
-      if (!thinkingDone && hasThinking(g)) events.push(...delta("thinking", g.output.reasoningDelta))
+      if (!thinkingDone && hasReasoning(g)) events.push(...delta("thinking", g.output.reasoningDelta))
       if (open === "thinking") events.push(...stopBlock())
       if (!textDone && hasText(g)) {
         if (open === null) events.push(startBlock("text"))

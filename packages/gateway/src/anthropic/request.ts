@@ -94,61 +94,55 @@ export type CountTokensRequest = Decoded<typeof countFields>
 const decodeContent = (content: unknown, at: string, role: "user" | "assistant"): Either.Either<string | Array<ContentBlock>, ApiError> => {
   if (typeof content === "string") return Either.right(content)
   if (!Array.isArray(content)) return Either.left(badRequest(`'${at}' must be a string or an array of content blocks.`, at))
-  const out: Array<ContentBlock> = []
-  for (let j = 0; j < content.length; j++) {
+  const decodeBlock = (raw: unknown, j: number): Either.Either<ContentBlock, ApiError> => {
     const where = `${at}[${j}]`
-    const type = (content[j] as { type?: unknown } | null)?.type
+    const type = (raw as { type?: unknown } | null)?.type
     const schema = typeof type === "string" ? blockSchemas[type as keyof typeof blockSchemas] : undefined
     if (schema === undefined) {
       return Either.left(unsupported(`Content blocks of type ${JSON.stringify(type ?? null)} are not supported; use text, tool_use, tool_result or thinking.`, `${where}.type`))
     }
-    const toolResultContent = (content[j] as { content?: unknown }).content
+    const toolResultContent = (raw as { content?: unknown }).content
     if (type === "tool_result" && Array.isArray(toolResultContent)) {
       const k = toolResultContent.findIndex((b) => (b as { type?: unknown } | null)?.type !== "text")
       if (k >= 0) return Either.left(unsupported("Tool results may only hold text blocks.", `${where}.content[${k}].type`))
     }
-    const decoded = decode(schema as Schema.Schema<ContentBlock, unknown>, content[j], where)
-    if (Either.isLeft(decoded)) return Either.left(decoded.left)
-    const block = decoded.right
     const allowed = role === "user" ? ["text", "tool_result"] : ["text", "tool_use", "thinking"]
-    if (!allowed.includes(block.type)) return Either.left(badRequest(`A ${role} message cannot hold a ${block.type} block.`, `${where}.type`))
-    out.push(block)
+    return Either.flatMap(decode(schema as Schema.Schema<ContentBlock, unknown>, raw, where), (block) =>
+      allowed.includes(block.type) ? Either.right(block) : Either.left(badRequest(`A ${role} message cannot hold a ${block.type} block.`, `${where}.type`))
+    )
   }
-  return Either.right(out)
+  return Either.all(content.map(decodeBlock))
+}
+
+const decodeMessage = (raw: unknown, i: number): Either.Either<Message, ApiError> => {
+  const at = `messages[${i}]`
+  const m = raw as { role?: unknown; content?: unknown } | null
+  if (typeof m !== "object" || m === null || Array.isArray(m)) return Either.left(badRequest(`'${at}' must be an object.`, at))
+  if (m.role !== "user" && m.role !== "assistant") return Either.left(badRequest(`${at}.role: Input should be 'user' or 'assistant'.`, `${at}.role`))
+  if (m.content === undefined) return Either.left(badRequest(`${at}.content: Field required.`, `${at}.content`, "missing_required_parameter"))
+  const role = m.role
+  return Either.map(decodeContent(m.content, `${at}.content`, role), (content) => ({ role, content }))
 }
 
 const decodeMessages = (raw: ReadonlyArray<unknown>): Either.Either<Array<Message>, ApiError> => {
   if (raw.length === 0) return Either.left(badRequest("messages: at least one message is required.", "messages"))
-  const out: Array<Message> = []
-  for (let i = 0; i < raw.length; i++) {
-    const at = `messages[${i}]`
-    const m = raw[i] as { role?: unknown; content?: unknown } | null
-    if (typeof m !== "object" || m === null || Array.isArray(m)) return Either.left(badRequest(`'${at}' must be an object.`, at))
-    if (m.role !== "user" && m.role !== "assistant") return Either.left(badRequest(`${at}.role: Input should be 'user' or 'assistant'.`, `${at}.role`))
-    if (m.content === undefined) return Either.left(badRequest(`${at}.content: Field required.`, `${at}.content`, "missing_required_parameter"))
-    const content = decodeContent(m.content, `${at}.content`, m.role)
-    if (Either.isLeft(content)) return Either.left(content.left)
-    out.push({ role: m.role, content: content.right })
-  }
-  if (out[out.length - 1]!.role === "assistant") {
-    return Either.left(unsupported("A final assistant message (a prefill) is not supported: the reply is sampled from the model's own generation prompt.", `messages[${out.length - 1}]`))
-  }
-  return Either.right(out)
+  return Either.flatMap(Either.all(raw.map(decodeMessage)), (out) =>
+    out[out.length - 1]!.role === "assistant"
+      ? Either.left(unsupported("A final assistant message (a prefill) is not supported: the reply is sampled from the model's own generation prompt.", `messages[${out.length - 1}]`))
+      : Either.right(out)
+  )
 }
 
-const decodeTools = (tools: ReadonlyArray<unknown>): Either.Either<Array<CustomTool>, ApiError> => {
-  const out: Array<CustomTool> = []
-  for (let i = 0; i < tools.length; i++) {
-    const type = (tools[i] as { type?: unknown } | null)?.type
-    if (type !== undefined && type !== "custom") {
-      return Either.left(unsupported(`Server tools such as ${JSON.stringify(type)} are not supported (they cannot run here); only client tools with an input_schema.`, `tools[${i}].type`))
-    }
-    const decoded = decode(CustomTool, tools[i], `tools[${i}]`)
-    if (Either.isLeft(decoded)) return Either.left(decoded.left)
-    out.push(decoded.right)
-  }
-  return Either.right(out)
-}
+const decodeTools = (tools: ReadonlyArray<unknown>): Either.Either<Array<CustomTool>, ApiError> =>
+  Either.all(
+    tools.map((tool, i) => {
+      const type = (tool as { type?: unknown } | null)?.type
+      if (type !== undefined && type !== "custom") {
+        return Either.left(unsupported(`Server tools such as ${JSON.stringify(type)} are not supported (they cannot run here); only client tools with an input_schema.`, `tools[${i}].type`))
+      }
+      return decode(CustomTool, tool, `tools[${i}]`)
+    })
+  )
 
 const validate = <F extends Schema.Struct.Fields>(schema: Schema.Struct<F>, body: unknown): Either.Either<Decoded<F>, ApiError> =>
   Either.gen(function* () {

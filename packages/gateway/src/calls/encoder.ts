@@ -19,6 +19,12 @@ export interface Generated {
   readonly sampled: Sampled
 }
 
+/** Does the reply have a reasoning block (non-empty reasoning)? */
+export const hasReasoning = (g: Generated) => (g.output.reasoning ?? "") !== ""
+
+/** Does the reply have text to answer with (text, or neither text nor tool calls)? */
+export const hasText = (g: Generated) => g.output.content !== "" || g.output.toolCalls.length === 0
+
 /** One call's encoder (it may keep stream state: create one per call). */
 export interface ReplyEncoder {
   /** The protocol's id for a parsed tool call (parsers name them `call_…`). */

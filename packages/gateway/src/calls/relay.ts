@@ -8,11 +8,11 @@
  * calls/upstream.ts).
  */
 import { HttpServerResponse } from "@effect/platform"
-import { Effect, Exit, Stream } from "effect"
-import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
+import { Effect } from "effect"
+import type { UpstreamService } from "../generator/Upstream.js"
 import { type ApiError, upstreamError } from "../http/errors.js"
-import { SSE_HEADERS } from "../http/sse.js"
-import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
+import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordServed } from "./env.js"
+import { answeringJson, isEventStream, postUpstream, readAnswer, relayEvents, sseData } from "./forward.js"
 import { admitForUpstream, recordOnce } from "./steps.js"
 
 type Json = Record<string, any>
@@ -30,36 +30,9 @@ export interface RelayedProtocol {
   readonly errorEvent: (e: ApiError) => string
 }
 
-const encoder = new TextEncoder()
-
-/** Splits an SSE byte stream into events (the text between blank lines). */
-const sseSplitter = () => {
-  const decoder = new TextDecoder()
-  let buffer = ""
-  return {
-    push: (bytes: Uint8Array): Array<string> => {
-      buffer += decoder.decode(bytes, { stream: true })
-      const out: Array<string> = []
-      for (;;) {
-        const m = /\r?\n\r?\n/.exec(buffer)
-        if (m === null) return out
-        const event = buffer.slice(0, m.index)
-        buffer = buffer.slice(m.index + m[0].length)
-        if (event.trim() !== "") out.push(event)
-      }
-    },
-    rest: (): Array<string> => (buffer.trim() === "" ? [] : [buffer])
-  }
-}
-
 const dataOf = (event: string): Json | null => {
-  const data = event
-    .split(/\r?\n/)
-    .filter((l) => l.startsWith("data:"))
-    .map((l) => l.slice(5).trimStart())
-    .join("\n")
   try {
-    const json: unknown = JSON.parse(data)
+    const json: unknown = JSON.parse(sseData(event))
     return typeof json === "object" && json !== null ? (json as Json) : null
   } catch {
     return null
@@ -102,23 +75,19 @@ export const relay = (
         timings: { receivedAt: ctx.receivedAt, startedAt, firstTokenAt: firstEventAt, finishedAt: Date.now(), heldMs: admission.heldMs }
       }).pipe(Effect.asVoid)
     )
-    const res = yield* upstream.post(protocol.path, text, headers).pipe(
-      Effect.mapError((e) => upstreamError(e.message)),
-      Effect.tapError((error) => Effect.zipRight(recordError(env, ctx, error, body, { heldMs: admission.heldMs, startedAt }), admission.release)),
-      Effect.onInterrupt(() => admission.release)
-    )
-    if (body.stream === true && res.status === 200 && res.contentType.includes("text/event-stream")) {
-      return relayStream(res, protocol, record, admission.release, () => (firstEventAt ??= Date.now()))
+    const res = yield* postUpstream(env, ctx, admission, body, startedAt, upstream.post(protocol.path, text, headers))
+    if (isEventStream(body, res)) {
+      const gathered = protocol.gather()
+      const onEvent = (event: string) => {
+        firstEventAt ??= Date.now()
+        const data = dataOf(event)
+        return { out: event, hold: data !== null && gathered.add(data) }
+      }
+      return relayEvents(res, onEvent, record, gathered.response, protocol.errorEvent, admission.release)
     }
     return yield* Effect.gen(function* () {
-      const answer = yield* Effect.tryPromise({ try: () => res.body.text(), catch: (e) => upstreamError(`reading the upstream response failed: ${String(e)}`) })
+      const { answer, json } = yield* readAnswer(res)
       firstEventAt = Date.now()
-      let json: Json | null = null
-      try {
-        json = JSON.parse(answer) as Json
-      } catch {
-        json = null
-      }
       if (res.status !== 200 || json === null || typeof json !== "object") {
         // The upstream speaks the protocol: its own error body is passed on as it is.
         const own = json !== null && typeof json === "object" && json.error !== undefined
@@ -130,47 +99,5 @@ export const relay = (
       }
       yield* record(200, json, null, answer)
       return HttpServerResponse.text(answer, { contentType: "application/json" })
-    }).pipe(
-      Effect.onInterrupt(() => record(499, null, "client closed the request").pipe(Effect.ignore)),
-      Effect.ensuring(admission.release)
-    )
+    }).pipe(answeringJson(record, admission.release))
   })
-
-const relayStream = (
-  res: UpstreamResponse,
-  protocol: RelayedProtocol,
-  record: (status: number, response: Json | null, error: string | null) => Effect.Effect<void, ApiError>,
-  release: Effect.Effect<void>,
-  touched: () => void
-): HttpServerResponse.HttpServerResponse => {
-  const split = sseSplitter()
-  const gathered = protocol.gather()
-  let holding = false
-  const held: Array<string> = []
-  const onEvent = (event: string): Array<Uint8Array> => {
-    touched()
-    const data = dataOf(event)
-    if (data !== null && gathered.add(data)) holding = true
-    if (holding) {
-      held.push(event + "\n\n")
-      return []
-    }
-    return [encoder.encode(event + "\n\n")]
-  }
-  const events = Stream.fromAsyncIterable(res.body as AsyncIterable<Uint8Array>, (e) => upstreamError(`the upstream stream failed: ${String(e)}`)).pipe(
-    Stream.mapConcat((bytes) => split.push(bytes).flatMap(onEvent)),
-    Stream.concat(
-      Stream.fromEffect(
-        Effect.suspend(() => {
-          split.rest().forEach(onEvent)
-          return record(200, gathered.response(), null).pipe(Effect.map(() => held.map((e) => encoder.encode(e))))
-        })
-      ).pipe(Stream.flattenIterables)
-    ),
-    Stream.catchAll((error) =>
-      Stream.fromEffect(record(error.status, null, `${error.code ?? error.type}: ${error.message}`).pipe(Effect.ignore, Effect.as(encoder.encode(protocol.errorEvent(error)))))
-    ),
-    Stream.ensuringWith((exit) => Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : record(499, gathered.response(), "client closed the request").pipe(Effect.ignore), release))
-  )
-  return HttpServerResponse.stream(events, { headers: SSE_HEADERS, contentType: "text/event-stream" })
-}

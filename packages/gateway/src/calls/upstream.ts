@@ -8,13 +8,13 @@
  */
 import { HttpServerResponse } from "@effect/platform"
 import type { ChatMessage } from "@reins/protocol"
-import { Effect, Exit, Stream } from "effect"
+import { Effect } from "effect"
 import type { UpstreamResponse, UpstreamService } from "../generator/Upstream.js"
 import { type ApiError, errorBody, upstreamError } from "../http/errors.js"
-import { SSE_HEADERS } from "../http/sse.js"
 import { messageKeys, toolsKey } from "../prompt/keys.js"
 import { classifyBreak, findMatch, type Reuse, type Turn } from "../prompt/reuse.js"
-import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordError, recordServed } from "./env.js"
+import { type CallContext, type CallEnv, EMPTY_FLOAT, EMPTY_INT, NO_REUSE, recordServed } from "./env.js"
+import { answeringJson, isEventStream, postUpstream, readAnswer, type RecordForwarded, relayEvents, sseData } from "./forward.js"
 import { admitForUpstream, recordOnce } from "./steps.js"
 
 type Json = Record<string, any>
@@ -140,9 +140,6 @@ const reuseOf = (turns: ReadonlyArray<Turn>, body: Json, g: Gathered): { reuse: 
   }
 }
 
-const readText = (res: UpstreamResponse) =>
-  Effect.tryPromise({ try: () => res.body.text(), catch: (e) => upstreamError(`reading the upstream response failed: ${String(e)}`) })
-
 /** Proxies one call; `text` is the request body as received (`body` parsed), recorded as is. */
 export const proxy = (
   env: CallEnv,
@@ -203,22 +200,11 @@ export const proxy = (
       )
     })
 
-    const res = yield* upstream.post(path(ctx), forward).pipe(
-      Effect.mapError((e) => upstreamError(e.message)),
-      Effect.tapError((error) => Effect.zipRight(recordError(env, ctx, error, body, { heldMs: admission.heldMs, startedAt }), admission.release)),
-      Effect.onInterrupt(() => admission.release)
-    )
-    const streamed = body.stream === true && res.status === 200 && res.contentType.includes("text/event-stream")
-    if (streamed) return relay(res, g, stripLogprobs, record, admission.release)
+    const res = yield* postUpstream(env, ctx, admission, body, startedAt, upstream.post(path(ctx), forward))
+    if (isEventStream(body, res)) return relay(res, g, stripLogprobs, record, admission.release)
 
     return yield* Effect.gen(function* () {
-      const answer = yield* readText(res)
-      let json: Json | null = null
-      try {
-        json = JSON.parse(answer)
-      } catch {
-        json = null
-      }
+      const { answer, json } = yield* readAnswer(res)
       if (res.status !== 200 || json === null || typeof json !== "object") {
         const error =
           json?.error && typeof json.error === "object"
@@ -234,13 +220,8 @@ export const proxy = (
       return stripLogprobs
         ? HttpServerResponse.unsafeJson(stripChoiceLogprobs(json))
         : HttpServerResponse.text(answer, { contentType: "application/json" })
-    }).pipe(
-      Effect.onInterrupt(() => record(499, null, "client closed the request").pipe(Effect.ignore)),
-      Effect.ensuring(admission.release)
-    )
+    }).pipe(answeringJson(record, admission.release))
   })
-
-const encoder = new TextEncoder()
 
 /**
  * Relays an SSE stream: events flow through as they arrive, except the one with the
@@ -250,71 +231,24 @@ const relay = (
   res: UpstreamResponse,
   g: Gathered,
   stripLogprobs: boolean,
-  record: (status: number, response: unknown, error: string | null) => Effect.Effect<void, ApiError>,
+  record: RecordForwarded,
   release: Effect.Effect<void>
 ): HttpServerResponse.HttpServerResponse => {
-  const decoder = new TextDecoder()
-  let buffer = ""
-  let holding = false
-  const held: Array<string> = []
-
-  const onEvent = (event: string): Array<Uint8Array> => {
-    const data = event
-      .split(/\r?\n/)
-      .filter((l) => l.startsWith("data:"))
-      .map((l) => l.slice(5).trimStart())
-      .join("\n")
+  const onEvent = (event: string) => {
+    const data = sseData(event)
     let out = event
+    let hold = data === "[DONE]"
     if (data !== "" && data !== "[DONE]") {
       try {
         const chunk = JSON.parse(data) as Json
         g.addChunk(chunk)
-        if (chunk.choices?.some((c: Json) => c?.finish_reason)) holding = true
+        if (chunk.choices?.some((c: Json) => c?.finish_reason)) hold = true
         if (stripLogprobs) out = `data: ${JSON.stringify(stripChoiceLogprobs(chunk))}`
       } catch {
         // not JSON: pass it through untouched
       }
     }
-    if (data === "[DONE]") holding = true
-    if (holding) {
-      held.push(out + "\n\n")
-      return []
-    }
-    return [encoder.encode(out + "\n\n")]
+    return { out, hold }
   }
-
-  const events = Stream.fromAsyncIterable(res.body as AsyncIterable<Uint8Array>, (e) => upstreamError(`the upstream stream failed: ${String(e)}`)).pipe(
-    Stream.mapConcat((bytes) => {
-      buffer += decoder.decode(bytes, { stream: true })
-      const out: Array<Uint8Array> = []
-      for (;;) {
-        const m = /\r?\n\r?\n/.exec(buffer)
-        if (m === null) break
-        const event = buffer.slice(0, m.index)
-        buffer = buffer.slice(m.index + m[0].length)
-        if (event.trim() !== "") out.push(...onEvent(event))
-      }
-      return out
-    }),
-    Stream.concat(
-      Stream.fromEffect(
-        Effect.suspend(() => {
-          if (buffer.trim() !== "") onEvent(buffer)
-          return record(200, g.response(), null).pipe(Effect.map(() => held.map((e) => encoder.encode(e))))
-        })
-      ).pipe(Stream.flattenIterables)
-    ),
-    Stream.catchAll((error) =>
-      Stream.fromEffect(
-        record(error.status, null, `${error.code ?? error.type}: ${error.message}`).pipe(
-          Effect.ignore,
-          Effect.as(encoder.encode(`data: ${JSON.stringify(errorBody(error))}\n\n`))
-        )
-      )
-    ),
-    Stream.ensuringWith((exit) =>
-      Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : record(499, g.response(), "client closed the request").pipe(Effect.ignore), release)
-    )
-  )
-  return HttpServerResponse.stream(events, { headers: SSE_HEADERS, contentType: "text/event-stream" })
+  return relayEvents(res, onEvent, record, () => g.response(), (error) => `data: ${JSON.stringify(errorBody(error))}\n\n`, release)
 }

@@ -10,7 +10,7 @@
  * Admission is one synchronous step (check `paused`, count the call in flight), so a call is
  * either counted before a pause begins — and the pause waits for it — or it waits at the gate.
  */
-import { GatewayError, GatewayState, type PauseMode } from "@reins/protocol"
+import { GatewayError, GatewayState, type PauseMode, type StoreError } from "@reins/protocol"
 import { Context, Data, Duration, Effect } from "effect"
 import type { MetricsService } from "../metrics.js"
 import type { StoreService } from "../store/Store.js"
@@ -144,19 +144,19 @@ export const make = (options: PauseGateOptions): Effect.Effect<PauseGateService>
       })
     )
 
-    const logEvent = (type: "gateway.paused" | "gateway.resumed", data: unknown) =>
-      store.recordEvent(type, data).pipe(
-        Effect.catchAll((e) => Effect.logWarning(`could not record ${type}: ${e.message}`)),
+    /** A store write the gate logs rather than fails on. */
+    const warnIfFailed = (what: string, write: Effect.Effect<unknown, StoreError>) =>
+      write.pipe(
+        Effect.catchAll((e) => Effect.logWarning(`could not record ${what}: ${e.message}`)),
         Effect.asVoid
       )
+
+    const logEvent = (type: "gateway.paused" | "gateway.resumed", data: unknown) => warnIfFailed(type, store.recordEvent(type, data))
 
     // Logged, not failed: a version the store could not record must not keep held calls waiting
     // (on resume) nor fail an update that has already happened (on a swap).
     const recordModel = (model: { readonly id: string; readonly version: number }) =>
-      store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(
-        Effect.catchAll((e) => Effect.logWarning(`could not record model version ${model.version}: ${e.message}`)),
-        Effect.asVoid
-      )
+      warnIfFailed(`model version ${model.version}`, store.recordModelVersion({ version: model.version, modelId: model.id }))
 
     const pause = (m: PauseMode) =>
       lock.withPermits(1)(

@@ -20,15 +20,8 @@ export interface EngineLike {
   readonly stats: Effect.Effect<{ readonly version: number }, { readonly message: string }>
 }
 
-export interface EngineModel {
-  /** The id clients send as `model`. */
-  readonly id: string
-  readonly contextLength: number
-  /** Completion length when a request sets no `max_tokens`. */
-  readonly defaultMaxTokens?: number | undefined
-  /** Unix seconds; default: now. */
-  readonly created?: number | undefined
-}
+/** The model as `ModelInfo` names it, less the version the engine reports; `created` (Unix seconds) defaults to now. */
+export type EngineModel = Omit<ModelInfo, "version" | "created"> & { readonly created?: number | undefined }
 
 const generateError = (e: { readonly message: string }) => new GenerateError({ message: e.message, cause: e })
 

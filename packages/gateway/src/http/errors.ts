@@ -19,6 +19,10 @@ export class ApiError extends Data.TaggedError("ApiError")<{
 const invalid = (status: number, message: string, code: string | null, param: string | null = null) =>
   new ApiError({ status, message, type: "invalid_request_error", code, param })
 
+/** An error no parameter is at fault for. */
+const paramless = (status: number, type: string, code: string, message: string, headers?: Record<string, string>) =>
+  new ApiError({ status, message, type, code, param: null, ...(headers !== undefined ? { headers } : {}) })
+
 export const badRequest = (message: string, param: string | null = null, code: string | null = "invalid_value") =>
   invalid(400, message, code, param)
 
@@ -33,62 +37,30 @@ export const unknownParameter = (name: string) =>
 export const unsupported = (message: string, param: string) => invalid(400, message, "unsupported_value", param)
 
 export const tooLarge = (limit: number) =>
-  new ApiError({
-    status: 413,
-    message: `The request body is larger than the limit of ${limit} bytes.`,
-    type: "invalid_request_error",
-    code: "request_too_large",
-    param: null,
-    headers: { connection: "close" }
-  })
+  paramless(413, "invalid_request_error", "request_too_large", `The request body is larger than the limit of ${limit} bytes.`, { connection: "close" })
 
 export const unauthorized = (message = "Incorrect API key provided. Use the attempt key as `Authorization: Bearer <key>` or `x-api-key`.") =>
-  new ApiError({ status: 401, message, type: "authentication_error", code: "invalid_api_key", param: null })
+  paramless(401, "authentication_error", "invalid_api_key", message)
 
 export const adminUnauthorized = () =>
-  new ApiError({
-    status: 401,
-    message: "This route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`).",
-    type: "authentication_error",
-    code: "invalid_admin_token",
-    param: null
-  })
+  paramless(401, "authentication_error", "invalid_admin_token", "This route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`).")
 
 export const sessionExpired = () =>
-  new ApiError({
-    status: 401,
-    message: "The dashboard session has expired or is no longer valid (the admin token changed); log in again at /ui.",
-    type: "authentication_error",
-    code: "session_expired",
-    param: null
-  })
+  paramless(401, "authentication_error", "session_expired", "The dashboard session has expired or is no longer valid (the admin token changed); log in again at /ui.")
 
 export const crossOrigin = () =>
-  new ApiError({
-    status: 403,
-    message: "A dashboard request that changes something must come from the dashboard's own page.",
-    type: "permission_error",
-    code: "cross_origin",
-    param: null
-  })
+  paramless(403, "permission_error", "cross_origin", "A dashboard request that changes something must come from the dashboard's own page.")
 
 export const sessionReadOnly = () =>
-  new ApiError({
-    status: 403,
-    message: "The dashboard is read-only except pausing and resuming the Gateway; this route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`).",
-    type: "permission_error",
-    code: "dashboard_read_only",
-    param: null
-  })
+  paramless(
+    403,
+    "permission_error",
+    "dashboard_read_only",
+    "The dashboard is read-only except pausing and resuming the Gateway; this route needs the admin token (`Authorization: Bearer <REINS_ADMIN_TOKEN>`)."
+  )
 
 export const attemptFinished = (attemptId: string, state: string) =>
-  new ApiError({
-    status: 409,
-    message: `Attempt ${attemptId} is ${state}; its key no longer accepts calls.`,
-    type: "invalid_request_error",
-    code: "attempt_not_running",
-    param: null
-  })
+  paramless(409, "invalid_request_error", "attempt_not_running", `Attempt ${attemptId} is ${state}; its key no longer accepts calls.`)
 
 export const modelNotFound = (model: string) =>
   invalid(404, `The model \`${model}\` does not exist or you do not have access to it.`, "model_not_found", "model")
@@ -110,34 +82,22 @@ export const contextLengthExceeded = (limit: number, prompt: number, completion:
     context: { limit, prompt, completion }
   })
 
-export const conflict = (message: string, code = "conflict") =>
-  new ApiError({ status: 409, message, type: "invalid_request_error", code, param: null })
+export const conflict = (message: string, code = "conflict") => paramless(409, "invalid_request_error", code, message)
 
 export const heldTooLong = (seconds: number, retryAfter: number) =>
-  new ApiError({
-    status: 503,
-    message: `The gateway has been paused for a weight update for longer than the ${seconds} s a call may wait. Retry shortly.`,
-    type: "server_error",
-    code: "gateway_paused",
-    param: null,
-    headers: { "retry-after": String(retryAfter) }
-  })
+  paramless(
+    503,
+    "server_error",
+    "gateway_paused",
+    `The gateway has been paused for a weight update for longer than the ${seconds} s a call may wait. Retry shortly.`,
+    { "retry-after": String(retryAfter) }
+  )
 
-export const shuttingDown = () =>
-  new ApiError({
-    status: 503,
-    message: "The gateway is shutting down. Retry shortly.",
-    type: "server_error",
-    code: "gateway_shutting_down",
-    param: null,
-    headers: { "retry-after": "5" }
-  })
+export const shuttingDown = () => paramless(503, "server_error", "gateway_shutting_down", "The gateway is shutting down. Retry shortly.", { "retry-after": "5" })
 
-export const upstreamError = (message: string) =>
-  new ApiError({ status: 502, message, type: "server_error", code: "upstream_error", param: null })
+export const upstreamError = (message: string) => paramless(502, "server_error", "upstream_error", message)
 
-export const internal = (message: string) =>
-  new ApiError({ status: 500, message, type: "server_error", code: "internal_error", param: null })
+export const internal = (message: string) => paramless(500, "server_error", "internal_error", message)
 
 export const errorBody = (e: ApiError) => ({ error: { message: e.message, type: e.type, code: e.code, param: e.param } })
 

@@ -107,38 +107,33 @@ export const decode = <A, I>(schema: Schema.Schema<A, I>, value: unknown, prefix
     })
   )
 
-const decodeMessages = (raw: ReadonlyArray<unknown>): Either.Either<Array<ChatMessage>, ApiError> => {
-  if (raw.length === 0) return Either.left(badRequest("'messages' must contain at least one message.", "messages", "invalid_value"))
-  const out: Array<ChatMessage> = []
-  for (let i = 0; i < raw.length; i++) {
-    const m = raw[i]
-    const at = `messages[${i}]`
-    if (typeof m !== "object" || m === null || Array.isArray(m)) return Either.left(badRequest(`'${at}' must be an object.`, at))
-    const role = (m as { role?: unknown }).role
-    const schema = typeof role === "string" ? messageSchemas[role as keyof typeof messageSchemas] : undefined
-    if (schema === undefined) {
-      return Either.left(
-        badRequest(`Invalid value for '${at}.role': ${JSON.stringify(role ?? null)}. Supported roles: system, developer, user, assistant, tool.`, `${at}.role`)
-      )
-    }
-    const content = (m as { content?: unknown }).content
-    if (Array.isArray(content)) {
-      const j = content.findIndex((p) => typeof p !== "object" || p === null || !["text", "refusal"].includes((p as { type?: unknown }).type as string))
-      if (j >= 0) {
-        const type = (content[j] as { type?: unknown } | null)?.type
-        return Either.left(badRequest(`'${at}.content[${j}]': only text content parts are supported (got ${JSON.stringify(type ?? null)}).`, `${at}.content[${j}].type`))
-      }
-    }
-    const decoded = decode(schema as Schema.Schema<ChatMessage, unknown>, m, at)
-    if (Either.isLeft(decoded)) return Either.left(decoded.left)
-    const message = decoded.right
-    if (message.role === "assistant" && (message.content ?? null) === null && (message.tool_calls ?? []).length === 0) {
-      return Either.left(badRequest(`'${at}': an assistant message needs 'content' or 'tool_calls'.`, `${at}.content`))
-    }
-    out.push(message)
+const decodeMessage = (m: unknown, i: number): Either.Either<ChatMessage, ApiError> => {
+  const at = `messages[${i}]`
+  if (typeof m !== "object" || m === null || Array.isArray(m)) return Either.left(badRequest(`'${at}' must be an object.`, at))
+  const role = (m as { role?: unknown }).role
+  const schema = typeof role === "string" ? messageSchemas[role as keyof typeof messageSchemas] : undefined
+  if (schema === undefined) {
+    return Either.left(
+      badRequest(`Invalid value for '${at}.role': ${JSON.stringify(role ?? null)}. Supported roles: system, developer, user, assistant, tool.`, `${at}.role`)
+    )
   }
-  return Either.right(out)
+  const content = (m as { content?: unknown }).content
+  if (Array.isArray(content)) {
+    const j = content.findIndex((p) => typeof p !== "object" || p === null || !["text", "refusal"].includes((p as { type?: unknown }).type as string))
+    if (j >= 0) {
+      const type = (content[j] as { type?: unknown } | null)?.type
+      return Either.left(badRequest(`'${at}.content[${j}]': only text content parts are supported (got ${JSON.stringify(type ?? null)}).`, `${at}.content[${j}].type`))
+    }
+  }
+  return Either.flatMap(decode(schema as Schema.Schema<ChatMessage, unknown>, m, at), (message) =>
+    message.role === "assistant" && (message.content ?? null) === null && (message.tool_calls ?? []).length === 0
+      ? Either.left(badRequest(`'${at}': an assistant message needs 'content' or 'tool_calls'.`, `${at}.content`))
+      : Either.right(message)
+  )
 }
+
+const decodeMessages = (raw: ReadonlyArray<unknown>): Either.Either<Array<ChatMessage>, ApiError> =>
+  raw.length === 0 ? Either.left(badRequest("'messages' must contain at least one message.", "messages", "invalid_value")) : Either.all(raw.map(decodeMessage))
 
 export const checkObject = (body: unknown): Either.Either<Record<string, unknown>, ApiError> =>
   typeof body === "object" && body !== null && !Array.isArray(body)
@@ -153,15 +148,8 @@ export const checkKnown = (body: Record<string, unknown>, known: ReadonlySet<str
 const chatKeys = new Set(Object.keys(ChatFields.fields))
 const completionKeys = new Set(Object.keys(CompletionFields.fields))
 
-/** Refuses what would change sampling without being honoured. */
-const checkSupported = (r: {
-  readonly n?: number | null
-  readonly frequency_penalty?: number | null
-  readonly presence_penalty?: number | null
-  readonly logit_bias?: Readonly<Record<string, number>> | null
-  readonly stream?: boolean | null
-  readonly stream_options?: unknown
-}): Either.Either<void, ApiError> => {
+/** Refuses what would change sampling without being honoured (fields both endpoints share). */
+const checkSupported = (r: Pick<CompletionRequest, keyof typeof sampling>): Either.Either<void, ApiError> => {
   if ((r.n ?? 1) > 1) return Either.left(unsupported("Only n=1 is supported: send one request per sample (each is recorded as its own call).", "n"))
   if ((r.frequency_penalty ?? 0) !== 0) return Either.left(unsupported("frequency_penalty is not supported (it would change the recorded sampling distribution).", "frequency_penalty"))
   if ((r.presence_penalty ?? 0) !== 0) return Either.left(unsupported("presence_penalty is not supported (it would change the recorded sampling distribution).", "presence_penalty"))

@@ -9,13 +9,7 @@ import type { ReplyCall } from "../prompt/keys.js"
 
 export const completionId = (prefix: "chatcmpl" | "cmpl") => `${prefix}-${randomBytes(12).toString("hex")}`
 
-export interface Usage {
-  readonly prompt_tokens: number
-  readonly completion_tokens: number
-  readonly total_tokens: number
-}
-
-export const usage = (prompt: number, completion: number): Usage => ({
+export const usage = (prompt: number, completion: number) => ({
   prompt_tokens: prompt,
   completion_tokens: completion,
   total_tokens: prompt + completion
@@ -83,6 +77,15 @@ export interface Head {
   readonly fingerprint: string
 }
 
+/** The fields every completion body and chunk starts with. */
+const headFields = (head: Head, object: string) => ({
+  id: head.id,
+  object,
+  created: head.created,
+  model: head.model,
+  system_fingerprint: head.fingerprint
+})
+
 export const chatCompletion = (
   head: Head,
   r: {
@@ -95,11 +98,7 @@ export const chatCompletion = (
     readonly outputIds: Int32Array
   }
 ) => ({
-  id: head.id,
-  object: "chat.completion",
-  created: head.created,
-  model: head.model,
-  system_fingerprint: head.fingerprint,
+  ...headFields(head, "chat.completion"),
   choices: [
     {
       index: 0,
@@ -122,11 +121,7 @@ export const chatCompletion = (
 })
 
 export const chatChunk = (head: Head, choice: Record<string, unknown> | null, extra: Record<string, unknown> = {}) => ({
-  id: head.id,
-  object: "chat.completion.chunk",
-  created: head.created,
-  model: head.model,
-  system_fingerprint: head.fingerprint,
+  ...headFields(head, "chat.completion.chunk"),
   choices: choice === null ? [] : [{ index: 0, logprobs: null, finish_reason: null, ...choice }],
   ...extra
 })
@@ -135,22 +130,14 @@ export const textCompletion = (
   head: Head,
   r: { readonly text: string; readonly finishReason: string; readonly logprobs: unknown; readonly promptIds: Int32Array; readonly outputIds: Int32Array }
 ) => ({
-  id: head.id,
-  object: "text_completion",
-  created: head.created,
-  model: head.model,
-  system_fingerprint: head.fingerprint,
+  ...headFields(head, "text_completion"),
   choices: [{ index: 0, text: r.text, logprobs: r.logprobs, finish_reason: r.finishReason, token_ids: Array.from(r.outputIds) }],
   usage: usage(r.promptIds.length, r.outputIds.length),
   prompt_token_ids: Array.from(r.promptIds)
 })
 
 export const textChunk = (head: Head, choice: Record<string, unknown> | null, extra: Record<string, unknown> = {}) => ({
-  id: head.id,
-  object: "text_completion",
-  created: head.created,
-  model: head.model,
-  system_fingerprint: head.fingerprint,
+  ...headFields(head, "text_completion"),
   choices: choice === null ? [] : [{ index: 0, text: "", logprobs: null, finish_reason: null, ...choice }],
   ...extra
 })

@@ -37,19 +37,18 @@ export const turnOfCall = (call: LlmCall): Turn | null => {
     toolCalls: (choice.message.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
     ...(typeof choice.message.reasoning_content === "string" ? { reasoning: choice.message.reasoning_content } : {})
   }
-  return {
-    callId: call.id,
-    keys: messageKeys(request.messages),
-    toolsKey: toolsKey(request.tools, request.chat_template_kwargs),
-    promptIds: call.promptIds,
-    outputIds: call.outputIds,
-    reply,
-    exact: call.trainable
-  }
+  return turnOf(call, { messages: request.messages, tools: request.tools, templateKwargs: request.chat_template_kwargs }, reply)
 }
 
-/** The turn of a recorded call whose request decodes (again, as when it was served) to `conversation`. */
-export const turnOf = (call: LlmCall, conversation: Conversation, reply: Reply): Turn => ({
+/**
+ * The turn of a recorded call whose request decodes (again, as when it was served) to
+ * `conversation` (for a chat call: its messages, tools and template variables as sent).
+ */
+export const turnOf = (
+  call: LlmCall,
+  conversation: Pick<Conversation, "messages"> & { readonly tools: unknown; readonly templateKwargs: unknown },
+  reply: Reply
+): Turn => ({
   callId: call.id,
   keys: messageKeys(conversation.messages),
   toolsKey: toolsKey(conversation.tools, conversation.templateKwargs),

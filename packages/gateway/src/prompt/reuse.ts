@@ -5,7 +5,8 @@
  * (`history-edited`, `template`, `retokenized`, `truncated`) and the prompt is tokenized whole.
  */
 import type { PromptTemplate, Tokenizer } from "@reins/policy/text"
-import type { BreakReason, ChatMessage, ChatTool, ChatToolCall } from "@reins/protocol"
+import type { BreakReason, ChatMessage, ChatTool, ChatToolCall, PromptReuse } from "@reins/protocol"
+import type { Schema } from "effect"
 import { canonicalArguments, contentText, matchesReply, messageKeys, reasoningOf, type Reply, replyIdentity, replyKey, toolsKey } from "./keys.js"
 
 /** What an earlier successful chat call of the attempt leaves for the next ones. */
@@ -27,11 +28,7 @@ export interface PromptFormat {
   readonly template: PromptTemplate
 }
 
-export interface Reuse {
-  readonly reusedTokens: number
-  readonly fromCallId: string | null
-  readonly break: BreakReason | null
-}
+export type Reuse = Schema.Struct.Type<typeof PromptReuse.fields>
 
 export interface BuiltPrompt {
   readonly promptIds: Int32Array

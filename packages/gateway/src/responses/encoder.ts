@@ -10,7 +10,7 @@
 import type { Tokenizer } from "@reins/policy/text"
 import type { GenerateChunk } from "@reins/protocol"
 import { randomBytes } from "node:crypto"
-import type { Generated, ReplyEncoder } from "../calls/encoder.js"
+import { type Generated, hasReasoning, hasText, type ReplyEncoder } from "../calls/encoder.js"
 import type { ApiError } from "../http/errors.js"
 import { namedSse } from "../http/sse.js"
 import type { Streamed } from "../openai/output.js"
@@ -106,10 +106,6 @@ const callItem = (ids: Ids, c: ReplyCall, status: string, args: string): Json =>
   arguments: args
 })
 
-/** Does the reply have a message item (text, or neither text nor calls)? A reasoning item (non-empty reasoning)? */
-const hasMessage = (g: Generated) => g.output.content !== "" || g.output.toolCalls.length === 0
-const hasReasoning = (g: Generated) => (g.output.reasoning ?? "") !== ""
-
 export const responsesEncoder = (o: ResponsesEncoderOptions): ReplyEncoder => {
   const ids: Ids = { reasoning: `rs_${hex()}`, message: `msg_${hex()}`, call: (c) => `fc_${c.id.replace(/^call_/, "")}` }
   const logprobsOf = (g: Generated) =>
@@ -120,7 +116,7 @@ export const responsesEncoder = (o: ResponsesEncoderOptions): ReplyEncoder => {
     const status = g.finish === "length" ? "incomplete" : "completed"
     return [
       ...(hasReasoning(g) ? [reasoningItem(ids, g.output.reasoning!)] : []),
-      ...(hasMessage(g) ? [messageItem(ids, status, g.output.content, logprobsOf(g))] : []),
+      ...(hasText(g) ? [messageItem(ids, status, g.output.content, logprobsOf(g))] : []),
       ...g.output.toolCalls.map((c) => callItem(ids, c, "completed", c.arguments))
     ]
   }
@@ -198,7 +194,7 @@ export const responsesEncoder = (o: ResponsesEncoderOptions): ReplyEncoder => {
       const events: Array<Uint8Array> = []
       if (!reasoningDone && hasReasoning(g)) events.push(...delta("reasoning", g.output.reasoningDelta, finalOf))
       if (open?.kind === "reasoning") events.push(...closeItem(finalOf("reasoning")))
-      if (!messageDone && hasMessage(g)) {
+      if (!messageDone && hasText(g)) {
         if (open === null) events.push(...openItem("message"))
         if (g.output.delta !== "") events.push(...delta("message", g.output.delta, finalOf))
         events.push(...closeItem(finalOf("message")))

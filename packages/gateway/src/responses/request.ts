@@ -135,47 +135,41 @@ export type ResponsesRequest = Omit<typeof ResponsesFields.Type, "input" | "tool
 
 const knownKeys = new Set(Object.keys(ResponsesFields.fields))
 
+const decodeItem = (item: unknown, i: number): Either.Either<InputItem, ApiError> => {
+  const at = `input[${i}]`
+  if (typeof item !== "object" || item === null || Array.isArray(item)) return Either.left(badRequest(`'${at}' must be an object.`, at))
+  const type = (item as { type?: unknown }).type ?? ((item as { role?: unknown }).role !== undefined ? "message" : undefined)
+  const schema = typeof type === "string" ? itemSchemas[type as keyof typeof itemSchemas] : undefined
+  if (schema === undefined) {
+    return Either.left(unsupported(`Input items of type ${JSON.stringify(type ?? null)} are not supported; use message, function_call, function_call_output, reasoning or item_reference.`, `${at}.type`))
+  }
+  const content = (item as { content?: unknown }).content
+  if (type === "message" && Array.isArray(content)) {
+    const j = content.findIndex((p) => !["input_text", "output_text", "refusal"].includes((p as { type?: unknown } | null)?.type as string))
+    if (j >= 0) {
+      const partType = (content[j] as { type?: unknown } | null)?.type
+      return Either.left(unsupported(`'${at}.content[${j}]': only text content is supported (got ${JSON.stringify(partType ?? null)}).`, `${at}.content[${j}].type`))
+    }
+  }
+  return decode(schema as Schema.Schema<InputItem, unknown>, item, at)
+}
+
 const decodeInput = (input: string | ReadonlyArray<unknown> | undefined): Either.Either<Array<InputItem>, ApiError> => {
   if (input === undefined) return Either.right([])
   if (typeof input === "string") return Either.right([{ role: "user", content: input }])
-  const out: Array<InputItem> = []
-  for (let i = 0; i < input.length; i++) {
-    const item = input[i]
-    const at = `input[${i}]`
-    if (typeof item !== "object" || item === null || Array.isArray(item)) return Either.left(badRequest(`'${at}' must be an object.`, at))
-    const type = (item as { type?: unknown }).type ?? ((item as { role?: unknown }).role !== undefined ? "message" : undefined)
-    const schema = typeof type === "string" ? itemSchemas[type as keyof typeof itemSchemas] : undefined
-    if (schema === undefined) {
-      return Either.left(unsupported(`Input items of type ${JSON.stringify(type ?? null)} are not supported; use message, function_call, function_call_output, reasoning or item_reference.`, `${at}.type`))
-    }
-    const content = (item as { content?: unknown }).content
-    if (type === "message" && Array.isArray(content)) {
-      const j = content.findIndex((p) => !["input_text", "output_text", "refusal"].includes((p as { type?: unknown } | null)?.type as string))
-      if (j >= 0) {
-        const partType = (content[j] as { type?: unknown } | null)?.type
-        return Either.left(unsupported(`'${at}.content[${j}]': only text content is supported (got ${JSON.stringify(partType ?? null)}).`, `${at}.content[${j}].type`))
-      }
-    }
-    const decoded = decode(schema as Schema.Schema<InputItem, unknown>, item, at)
-    if (Either.isLeft(decoded)) return Either.left(decoded.left)
-    out.push(decoded.right)
-  }
-  return Either.right(out)
+  return Either.all(input.map(decodeItem))
 }
 
-const decodeTools = (tools: ReadonlyArray<unknown>): Either.Either<Array<FunctionTool>, ApiError> => {
-  const out: Array<FunctionTool> = []
-  for (let i = 0; i < tools.length; i++) {
-    const type = (tools[i] as { type?: unknown } | null)?.type
-    if (type !== "function") {
-      return Either.left(unsupported(`Tools of type ${JSON.stringify(type ?? null)} are not supported (hosted tools cannot run here); only function tools.`, `tools[${i}].type`))
-    }
-    const decoded = decode(FunctionTool, tools[i], `tools[${i}]`)
-    if (Either.isLeft(decoded)) return Either.left(decoded.left)
-    out.push(decoded.right)
-  }
-  return Either.right(out)
-}
+const decodeTools = (tools: ReadonlyArray<unknown>): Either.Either<Array<FunctionTool>, ApiError> =>
+  Either.all(
+    tools.map((tool, i) => {
+      const type = (tool as { type?: unknown } | null)?.type
+      if (type !== "function") {
+        return Either.left(unsupported(`Tools of type ${JSON.stringify(type ?? null)} are not supported (hosted tools cannot run here); only function tools.`, `tools[${i}].type`))
+      }
+      return decode(FunctionTool, tool, `tools[${i}]`)
+    })
+  )
 
 /** Refuses, by name, what cannot be honoured without changing what is sampled. */
 const checkSupported = (r: typeof ResponsesFields.Type): Either.Either<void, ApiError> => {

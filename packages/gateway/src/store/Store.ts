@@ -6,23 +6,24 @@
 import type {
   Attempt,
   AttemptState,
-  BreakReason,
   CallEndpoint,
   CallProtocol,
   CallStatus,
+  CallTimings,
   Conflict,
   EventType,
   IllegalTransition,
   LlmCall,
   ModelVersion,
   NotFound,
+  PromptReuse,
   Reward,
   Rollout,
   StoreError,
   StoreEvent,
   TrainedCall
 } from "@reins/protocol"
-import { Context, type Effect, type Option, type Stream } from "effect"
+import { Context, type Effect, type Option, type Schema, type Stream } from "effect"
 
 export interface NewRollout {
   readonly task: unknown
@@ -58,14 +59,8 @@ export interface NewCall {
   readonly versions: Int32Array
   readonly finishReason: string | null
   readonly trainable: boolean
-  readonly reuse: { readonly reusedTokens: number; readonly fromCallId: string | null; readonly break: BreakReason | null }
-  readonly timings: {
-    readonly receivedAt: number
-    readonly startedAt: number | null
-    readonly firstTokenAt: number | null
-    readonly finishedAt: number
-    readonly heldMs: number
-  }
+  readonly reuse: Schema.Struct.Type<typeof PromptReuse.fields>
+  readonly timings: Schema.Struct.Type<typeof CallTimings.fields>
 }
 
 export interface NewReward {

@@ -17,7 +17,7 @@ import { parseRolloutQuery } from "./rolloutQuery.js"
 type Headers = Readonly<Record<string, string | undefined>>
 
 /** The admin token; a dashboard session may read (GET) and, where a route says `control`, pause and resume. */
-const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>, control = false) =>
+export const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>, control = false) =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
     Effect.zipRight(env.checkAdmin(request.headers, control ? "control" : request.method === "GET" ? "read" : "none"), effect))
 
@@ -32,7 +32,7 @@ const body = <A, I>(env: AppEnv, schema: Schema.Schema<A, I> & { readonly fields
     return yield* decode(schema, raw)
   })
 
-const storeFailure = (e: { readonly _tag: string; readonly message: string }): ApiError =>
+export const storeFailure = (e: { readonly _tag: string; readonly message: string }): ApiError =>
   e._tag === "NotFound" ? notFound(e.message) : e._tag === "IllegalTransition" || e._tag === "Conflict" ? conflict(e.message) : internal(`the store failed: ${e.message}`)
 
 const param = (name: string) => Effect.map(HttpRouter.params, (p) => p[name] ?? "")

@@ -12,14 +12,15 @@ import { Effect } from "effect"
 import { messagesEncoder, messageId } from "../../anthropic/encoder.js"
 import { toConversation } from "../../anthropic/conversation.js"
 import { validateCountTokens, validateMessages } from "../../anthropic/request.js"
-import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
+import { attemptOfKey } from "../../auth/attempt.js"
 import { serve } from "../../calls/fromEngine.js"
-import { type CallContext, recordError } from "../../calls/env.js"
 import { checkModel, planConversation, renderPrompt } from "../../calls/plan.js"
 import { relay } from "../../calls/relay.js"
 import { relayedMessages } from "../../anthropic/relayed.js"
-import { readJson, readJsonText } from "../body.js"
-import { type ApiError, badRequest, unsupported } from "../errors.js"
+import { checkObject } from "../../openai/requests.js"
+import { readJson } from "../body.js"
+import { unsupported } from "../errors.js"
+import { receiveCall } from "./call.js"
 import type { AppEnv } from "./env.js"
 
 const upstreamRefusal = () => unsupported("count_tokens is served from the policy engine only (this Gateway proxies an upstream).", "model")
@@ -33,21 +34,11 @@ const upstreamHeaders = (incoming: Readonly<Record<string, string | undefined>>,
 
 export const messages = (env: AppEnv) =>
   Effect.gen(function* () {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const receivedAt = Date.now()
-    const attempt = yield* runningAttempt(env.store, request.headers)
-    const received: CallContext = { attempt, endpoint: "messages", protocol: "anthropic", receivedAt }
-    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
-    const ctx: CallContext = { ...received, requestJson: text }
-    const refuse = (e: ApiError) => recordError(env, ctx, e, body)
+    const { request, attempt, ctx, text, body, refuse } = yield* receiveCall(env, "messages", "anthropic")
     const backend = env.backend
     if (backend._tag === "Upstream") {
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
-        const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
-        yield* refuse(error)
-        return yield* Effect.fail(error)
-      }
-      return yield* relay(env, ctx, backend.upstream, relayedMessages, body as Record<string, unknown>, text, upstreamHeaders(request.headers, backend.upstream.options.apiKey))
+      const object = yield* checkObject(body).pipe(Effect.tapError(refuse))
+      return yield* relay(env, ctx, backend.upstream, relayedMessages, object, text, upstreamHeaders(request.headers, backend.upstream.options.apiKey))
     }
     const r = yield* validateMessages(body).pipe(Effect.tapError(refuse))
     const info = yield* backend.generator.info

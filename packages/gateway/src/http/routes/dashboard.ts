@@ -3,19 +3,12 @@
  * token view (segments with every token's role, text, logprob and version) and the published
  * model versions. Admin token (or dashboard session) required, like every `/api` route.
  */
-import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpRouter, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 import { rolloutSegments, type ViewSegment } from "../../dashboard/tokenView.js"
 import { type TokenText, tokenTextOf } from "../../dashboard/tokenText.js"
-import { type ApiError, internal, notFound } from "../errors.js"
+import { admin, storeFailure } from "./admin.js"
 import type { AppEnv } from "./env.js"
-
-/** Read-only routes: the admin token or a dashboard session. */
-const admin = <A, E, R>(env: AppEnv, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.zipRight(env.checkAdmin(request.headers), effect))
-
-const storeFailure = (e: { readonly _tag: string; readonly message: string }): ApiError =>
-  e._tag === "NotFound" ? notFound(e.message) : internal(`the store failed: ${e.message}`)
 
 const segmentJson = (s: ViewSegment, text: TokenText | null) => ({
   attempt_id: s.attemptId,

@@ -8,39 +8,29 @@ import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Either, Schema } from "effect"
 import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
 import { serve } from "../../calls/fromEngine.js"
-import type { CallContext } from "../../calls/env.js"
-import { recordError } from "../../calls/env.js"
 import { planChat, planCompletion } from "../../calls/plan.js"
 import { proxy } from "../../calls/upstream.js"
 import { chatEncoder, completionEncoder } from "../../openai/encoders.js"
+import { checkObject } from "../../openai/requests.js"
 import { completionId } from "../../openai/responses.js"
-import { readJson, readJsonText } from "../body.js"
+import { readJson } from "../body.js"
 import { type ApiError, badRequest, internal, modelNotFound, notFound, unknownParameter } from "../errors.js"
+import { receiveCall } from "./call.js"
 import type { AppEnv } from "./env.js"
 import { rewardJson } from "./json.js"
 
 const completionRoute = (env: AppEnv, endpoint: "chat.completions" | "completions") =>
   Effect.gen(function* () {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const receivedAt = Date.now()
-    const attempt = yield* runningAttempt(env.store, request.headers)
-    const received: CallContext = { attempt, endpoint, protocol: "openai", receivedAt }
-    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
-    const ctx: CallContext = { ...received, requestJson: text }
+    const { attempt, ctx, text, body, refuse } = yield* receiveCall(env, endpoint, "openai")
     const backend = env.backend
     if (backend._tag === "Upstream") {
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
-        const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
-        yield* recordError(env, ctx, error, body)
-        return yield* Effect.fail(error)
-      }
-      return yield* proxy(env, ctx, backend.upstream, body as Record<string, unknown>, text)
+      return yield* proxy(env, ctx, backend.upstream, yield* checkObject(body).pipe(Effect.tapError(refuse)), text)
     }
     const info = yield* backend.generator.info
     const plan = yield* (endpoint === "chat.completions"
       ? planChat(body, info, env.config.modelAliases, backend.format, env.conversations.turns(attempt.id))
       : planCompletion(body, info, env.config.modelAliases, backend.format)
-    ).pipe(Effect.tapError((e) => recordError(env, ctx, e, body)))
+    ).pipe(Effect.tapError(refuse))
     const makeEncoder = endpoint === "chat.completions" ? chatEncoder : completionEncoder
     return yield* serve(env, ctx, plan, backend, (info) =>
       makeEncoder({

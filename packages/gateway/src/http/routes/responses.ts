@@ -8,17 +8,17 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { ChatMessage } from "@reins/protocol"
 import { Effect } from "effect"
-import { attemptOfKey, runningAttempt } from "../../auth/attempt.js"
+import { attemptOfKey } from "../../auth/attempt.js"
 import { serve } from "../../calls/fromEngine.js"
-import { type CallContext, recordError } from "../../calls/env.js"
 import { planConversation } from "../../calls/plan.js"
 import { relay } from "../../calls/relay.js"
 import { relayedResponses } from "../../responses/relayed.js"
 import { historyOf, type RecordedResponses, resolveReferences, toConversation } from "../../responses/conversation.js"
 import { responseId, responsesEncoder } from "../../responses/encoder.js"
 import { type ConversationItem, type ResponsesRequest, validateResponses } from "../../responses/request.js"
-import { readJsonText } from "../body.js"
+import { checkObject } from "../../openai/requests.js"
 import { type ApiError, badRequest, internal, notFound } from "../errors.js"
+import { receiveCall } from "./call.js"
 import type { AppEnv } from "./env.js"
 
 const previousNotFound = (id: string) =>
@@ -44,21 +44,10 @@ const continued = (env: AppEnv, attemptId: string, r: ResponsesRequest): Effect.
 
 export const createResponse = (env: AppEnv) =>
   Effect.gen(function* () {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const receivedAt = Date.now()
-    const attempt = yield* runningAttempt(env.store, request.headers)
-    const received: CallContext = { attempt, endpoint: "responses", protocol: "openai", receivedAt }
-    const { text, json: body } = yield* readJsonText(env.config.maxBodyBytes).pipe(Effect.tapError((e) => recordError(env, received, e, null)))
-    const ctx: CallContext = { ...received, requestJson: text }
+    const { attempt, ctx, text, body, refuse } = yield* receiveCall(env, "responses", "openai")
     const backend = env.backend
-    const refuse = (e: ApiError) => recordError(env, ctx, e, body)
     if (backend._tag === "Upstream") {
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
-        const error = badRequest("The request body must be a JSON object.", null, "invalid_type")
-        yield* refuse(error)
-        return yield* Effect.fail(error)
-      }
-      return yield* relay(env, ctx, backend.upstream, relayedResponses, body as Record<string, unknown>, text, {})
+      return yield* relay(env, ctx, backend.upstream, relayedResponses, yield* checkObject(body).pipe(Effect.tapError(refuse)), text, {})
     }
     const r = yield* validateResponses(body).pipe(Effect.tapError(refuse))
     const { items, previous } = yield* continued(env, attempt.id, r).pipe(Effect.tapError(refuse))

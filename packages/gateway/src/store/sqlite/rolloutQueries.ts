@@ -6,27 +6,27 @@
  * `calls (attempt_id, seq)`, and decode no token arrays in JavaScript.
  */
 import type Database from "better-sqlite3"
+import { int32FromBlob } from "../packed.js"
 import type { RolloutPage, RolloutQuery, RolloutSummary } from "../Store.js"
 import { type Row, toRollout } from "./rows.js"
 
 /** Versions are stored as packed little-endian int32 (see packed.ts). */
-const versionsOf = (blob: Uint8Array | null): Int32Array =>
-  blob === null || blob.byteLength === 0 ? new Int32Array(0) : new Int32Array(blob.buffer.slice(blob.byteOffset, blob.byteOffset + blob.byteLength))
+const versionsOf = (blob: unknown): Int32Array => int32FromBlob(blob as Uint8Array | null)
+
+/** The smallest or largest version of a call (null when it has none), by `pick`. */
+const versionBound = (pick: (a: number, b: number) => number) => (blob: unknown) => {
+  const vs = versionsOf(blob)
+  return vs.length === 0 ? null : vs.reduce((a, b) => pick(a, b))
+}
 
 /**
  * SQL functions over a call's `versions` column, so that filters and summaries run inside
  * SQLite: `reins_has_version(versions, v)`, `reins_min_version(versions)`, `reins_max_version(versions)`.
  */
 export const registerVersionFunctions = (db: Database.Database): void => {
-  db.function("reins_has_version", { deterministic: true }, (blob: unknown, v: unknown) => (versionsOf(blob as Uint8Array | null).includes(Number(v)) ? 1 : 0))
-  db.function("reins_min_version", { deterministic: true }, (blob: unknown) => {
-    const vs = versionsOf(blob as Uint8Array | null)
-    return vs.length === 0 ? null : vs.reduce((a, b) => Math.min(a, b))
-  })
-  db.function("reins_max_version", { deterministic: true }, (blob: unknown) => {
-    const vs = versionsOf(blob as Uint8Array | null)
-    return vs.length === 0 ? null : vs.reduce((a, b) => Math.max(a, b))
-  })
+  db.function("reins_has_version", { deterministic: true }, (blob: unknown, v: unknown) => (versionsOf(blob).includes(Number(v)) ? 1 : 0))
+  db.function("reins_min_version", { deterministic: true }, versionBound(Math.min))
+  db.function("reins_max_version", { deterministic: true }, versionBound(Math.max))
 }
 
 const HAS_VERSION = `EXISTS (SELECT 1 FROM attempts CROSS JOIN calls ON calls.attempt_id = attempts.id

@@ -62,7 +62,5 @@ export const prepareStatements = (db: Database.Database) => {
   }
 }
 
-export type Statements = ReturnType<typeof prepareStatements>
-
 export const row = (s: Database.Statement, ...params: ReadonlyArray<unknown>) => s.get(...params) as Row | undefined
 export const rows = (s: Database.Statement, ...params: ReadonlyArray<unknown>) => s.all(...params) as Array<Row>
