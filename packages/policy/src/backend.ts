@@ -106,6 +106,3 @@ export const initBackend = (preferred?: BackendName): Promise<BackendName> => {
   chosen.catch(() => (chosen = undefined))
   return chosen
 }
-
-/** The active backend's name ("wasm", "cpu", "tensorflow", ...). */
-export const backendName = (): string => tf.getBackend()

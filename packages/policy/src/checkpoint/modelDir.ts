@@ -93,20 +93,9 @@ const readJson = (file: string) =>
     Effect.flatMap((text) => Effect.try({ try: () => JSON.parse(text) as unknown, catch: (e) => fail(file, `invalid JSON (${reason(e)})`, e) }))
   )
 
-const writeBytesAtomic = (file: string, bytes: Uint8Array): Promise<void> => {
-  const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`
-  return fs
-    .writeFile(tmp, bytes, { flag: "wx" })
-    .then(() => fs.rename(tmp, file))
-    .catch(async (e: unknown) => {
-      await fs.rm(tmp, { force: true })
-      throw e
-    })
-}
-
 const write = (file: string, data: string | Uint8Array) =>
   Effect.tryPromise({
-    try: () => (typeof data === "string" ? writeFileAtomic(file, data) : writeBytesAtomic(file, data)),
+    try: () => writeFileAtomic(file, data),
     catch: (e) => fail(file, `cannot write (${reason(e)})`, e)
   })
 
