@@ -21,17 +21,7 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { backward, isWasm, view } from "./heap.js"
-
-/** `out[j·r + i] = src[i·c + j]` for a row-major [r, c] matrix, in 16×16 blocks (both sides stay in cache). */
-export const transposeInto = (src: Float32Array, out: Float32Array, r: number, c: number): void => {
-  for (let i0 = 0; i0 < r; i0 += 16) {
-    const i1 = Math.min(r, i0 + 16)
-    for (let j0 = 0; j0 < c; j0 += 16) {
-      const j1 = Math.min(c, j0 + 16)
-      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) out[j * r + i] = src[i * c + j]!
-    }
-  }
-}
+import { transposeInto } from "./transpose.js"
 
 /**
  * `xᵀ` of a rank-2 tensor; on wasm a JS copy straight into the new tensor's memory (no
