@@ -18,6 +18,7 @@
  */
 import { randomBytes } from "node:crypto"
 import { endOfJsonContainer, skipSpace } from "./jsonScan.js"
+import type { OutputParseOptions, ParsedOutput } from "./ParsedOutput.js"
 
 export const TOOL_CALL_OPEN = "<tool_call>"
 export const TOOL_CALL_CLOSE = "</tool_call>"
@@ -35,19 +36,9 @@ export interface ToolCallParseError {
   readonly message: string
 }
 
-export interface ParsedAssistantText {
-  readonly content: string
-  readonly toolCalls: ReadonlyArray<ParsedToolCall>
-  readonly errors: ReadonlyArray<ToolCallParseError>
-}
-
-export interface ParseToolCallsOptions {
-  readonly makeId?: (index: number) => string
-}
-
 type Item = { readonly text: string } | { readonly call: Omit<ParsedToolCall, "id"> }
 
-export const parseToolCalls = (text: string, options?: ParseToolCallsOptions): ParsedAssistantText => {
+export const parseToolCalls = (text: string, options?: OutputParseOptions): ParsedOutput => {
   const items: Array<Item> = []
   const errors: Array<ToolCallParseError> = []
   let at = 0
