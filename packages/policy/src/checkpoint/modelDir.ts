@@ -121,25 +121,26 @@ const isAdapterDir = (dir: string): boolean => existsSync(path.join(dir, ADAPTER
 /** The model's config alone (of a LoRA checkpoint: its base's), without reading any weight. */
 export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, CheckpointError> =>
   Effect.gen(function* () {
-    const adapterFile = path.join(dir, ADAPTER_CONFIG_FILE)
-    if (existsSync(adapterFile) && !existsSync(path.join(dir, CONFIG_FILE))) {
-      const base = ((yield* readJson(adapterFile)) as Record<string, unknown>)?.["base_model_name_or_path"]
-      if (typeof base !== "string" || base === "") return yield* fail(adapterFile, "base_model_name_or_path does not name the base model's directory")
-      return yield* readModelConfig(path.resolve(dir, base))
-    }
+    if (isAdapterDir(dir)) return yield* readModelConfig((yield* readAdapterConfig(dir)).baseDir)
     const file = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(file)
     yield* requireHfConfig(file, json)
     return yield* Effect.try({ try: () => decodeHfConfig(json).config, catch: (e) => fail(file, reason(e), e) })
   })
 
-const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+/** A LoRA checkpoint's adapter_config.json, and the base model's directory it names. */
+const readAdapterConfig = (dir: string) =>
   Effect.gen(function* () {
     const file = path.join(dir, ADAPTER_CONFIG_FILE)
     const raw = (yield* readJson(file)) as Record<string, unknown>
     const baseName = raw?.["base_model_name_or_path"]
     if (typeof baseName !== "string" || baseName === "") return yield* fail(file, "base_model_name_or_path does not name the base model's directory")
-    const baseDir = path.resolve(dir, baseName)
+    return { file, raw, baseDir: path.resolve(dir, baseName) }
+  })
+
+const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+  Effect.gen(function* () {
+    const { file, raw, baseDir } = yield* readAdapterConfig(dir)
     const base = yield* loadFullModelDir(baseDir, arraySink)
     const adapter = yield* Effect.tryPromise({ try: () => readPeftAdapter(dir, base.config), catch: (e) => fail(file, reason(e), e) })
     const version = typeof raw["reins_policy_version"] === "number" ? (raw["reins_policy_version"] as number) : base.config.version
