@@ -38,12 +38,8 @@ const loadTensorflow = async (): Promise<boolean> =>
 const loadWasm = async (): Promise<boolean> => {
   try {
     const wasm = await import("@tensorflow/tfjs-backend-wasm")
-    const dist = join(dirname(require.resolve("@tensorflow/tfjs-backend-wasm/package.json")), "dist") + "/"
-    wasm.setWasmPaths({
-      "tfjs-backend-wasm.wasm": dist + "tfjs-backend-wasm.wasm",
-      "tfjs-backend-wasm-simd.wasm": dist + "tfjs-backend-wasm-simd.wasm",
-      "tfjs-backend-wasm-threaded-simd.wasm": dist + "tfjs-backend-wasm-threaded-simd.wasm"
-    })
+    // A prefix: each of its .wasm files (plain, SIMD, threaded SIMD) is loaded from there.
+    wasm.setWasmPaths(join(dirname(require.resolve("@tensorflow/tfjs-backend-wasm/package.json")), "dist") + "/")
     return true
   } catch {
     return false
@@ -106,6 +102,3 @@ export const initBackend = (preferred?: BackendName): Promise<BackendName> => {
   chosen.catch(() => (chosen = undefined))
   return chosen
 }
-
-/** The active backend's name ("wasm", "cpu", "tensorflow", ...). */
-export const backendName = (): string => tf.getBackend()

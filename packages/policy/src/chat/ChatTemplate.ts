@@ -45,19 +45,18 @@ import type { ChatMessage, ChatTool } from "@reins/protocol"
 import { readFileSync } from "node:fs"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { ChatTemplateError } from "./ChatTemplateError.js"
-import { encodeRendered, markerPattern } from "./encodeRendered.js"
+import { concatIds, encodeRendered, markerPattern } from "./encodeRendered.js"
 import { mapStrings, markerEscaper, type MarkerEscaper } from "./MarkerEscape.js"
 import type { OutputParsers } from "./OutputParsers.js"
-import type { PreviousCall, PromptTemplate } from "./PromptTemplate.js"
+import type { PreviousCall, PromptOptions, PromptTemplate } from "./PromptTemplate.js"
 
 export type { PreviousCall } from "./PromptTemplate.js"
 
-export interface RenderOptions {
-  /** The request's `tools` (OpenAI shape); rendered into the first system turn. */
-  readonly tools?: ReadonlyArray<ChatTool> | undefined
-  /** Append the generation prompt (`<|im_start|>assistant\n`). Default false. */
-  readonly addGenerationPrompt?: boolean | undefined
-}
+/**
+ * The request's `tools` (OpenAI shape), rendered into the first system turn, and whether to
+ * append the generation prompt (`<|im_start|>assistant\n`; default false).
+ */
+export type RenderOptions = Pick<PromptOptions, "tools" | "addGenerationPrompt">
 
 /** The default template's source text (chat_template.jinja next to this file). */
 export const DEFAULT_CHAT_TEMPLATE: string = readFileSync(new URL("./chat_template.jinja", import.meta.url), "utf8")
@@ -169,17 +168,7 @@ export class ChatTemplate implements PromptTemplate {
     const closed = outputIds.length > 0 && outputIds[outputIds.length - 1] === eos
     const afterEos = tokenizer.encode(this.assistantTurnEnd.slice(TURN_END_TOKEN.length))
     const rest = this.encodeFrom(tokenizer, messages, start, options)
-    const out = new Int32Array(promptIds.length + outputIds.length + (closed ? 0 : 1) + afterEos.length + rest.length)
-    let at = 0
-    const put = (ids: ArrayLike<number>) => {
-      for (let i = 0; i < ids.length; i++) out[at++] = ids[i]!
-    }
-    put(promptIds)
-    put(outputIds)
-    if (!closed) out[at++] = eos
-    put(afterEos)
-    put(rest)
-    return out
+    return concatIds([promptIds, outputIds, closed ? [] : [eos], afterEos, rest])
   }
 
   /** @internal renders with the template's own variable names. */
@@ -248,14 +237,7 @@ const checkTemplate = (t: ChatTemplate): { generationPrompt: string; assistantTu
 }
 
 const probeTemplate = (t: ChatTemplate): { generationPrompt: string; assistantTurnEnd: string } => {
-  for (const tools of [undefined, PROBE_TOOLS]) {
-    let before = ""
-    for (let k = 1; k <= PROBE.length; k++) {
-      const upTo = t.renderRaw(PROBE.slice(0, k), tools, false)
-      suffixAfter(before, upTo, k - 1)
-      before = upTo
-    }
-  }
+  for (const tools of [undefined, PROBE_TOOLS]) t.renderPieces(PROBE, { tools })
   const plain = t.renderRaw(PROBE, undefined, false)
   const prompted = t.renderRaw(PROBE, undefined, true)
   if (!prompted.startsWith(plain) || prompted === plain) {

@@ -8,13 +8,14 @@ import { ChatTemplateError } from "./ChatTemplateError.js"
 
 const reason = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
+/** The text of a template file. */
+export const readText = (file: string): Effect.Effect<string, ChatTemplateError> =>
+  Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => new ChatTemplateError({ message: `cannot read ${file}: ${reason(e)}`, cause: e }) })
+
 /** Reads and checks `dir/chat_template.jinja`. */
 export const loadChatTemplate = (dir: string): Effect.Effect<ChatTemplate, ChatTemplateError> => {
   const file = path.join(dir, CHAT_TEMPLATE_FILE)
-  return Effect.tryPromise({
-    try: () => fs.readFile(file, "utf8"),
-    catch: (e) => new ChatTemplateError({ message: `cannot read ${file}: ${reason(e)}`, cause: e })
-  }).pipe(
+  return readText(file).pipe(
     Effect.flatMap((source) =>
       Effect.try({
         try: () => ChatTemplate.fromString(source),

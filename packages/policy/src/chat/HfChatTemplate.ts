@@ -26,6 +26,7 @@ import { Environment, Interpreter, Template } from "@huggingface/jinja"
 import type { ChatTool } from "@reins/protocol"
 import { ChatTemplateError, ChatTemplateRaised } from "./ChatTemplateError.js"
 import { mapStrings } from "./MarkerEscape.js"
+import type { PromptOptions } from "./PromptTemplate.js"
 import { strftime } from "./strftime.js"
 import { templateMessages, templateTools, type TemplateMessageInput, type ToolArgumentsForm } from "./templateMessages.js"
 
@@ -45,11 +46,7 @@ export interface HfTemplateOptions {
   readonly now?: (() => Date) | undefined
 }
 
-export interface HfRenderOptions {
-  readonly tools?: ReadonlyArray<ChatTool> | undefined
-  readonly addGenerationPrompt?: boolean | undefined
-  /** The request's `chat_template_kwargs`, e.g. `{ enable_thinking: false }`. */
-  readonly chatTemplateKwargs?: Readonly<Record<string, unknown>> | undefined
+export interface HfRenderOptions extends PromptOptions {
   /** A template by name instead of the default choice. */
   readonly templateName?: string | undefined
   /** Tool-call arguments as parsed objects (default, as transformers expects) or the client's text. */

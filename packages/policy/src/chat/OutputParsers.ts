@@ -43,7 +43,7 @@ export type OutputParser = (text: string, options?: OutputParseOptions) => Parse
 const noToolCalls: OutputParser = (text) => ({ content: text, toolCalls: [], errors: [] })
 
 export const toolParsers: Readonly<Record<ToolParserName, OutputParser>> = {
-  hermes: (text, options) => parseToolCalls(text, options?.makeId === undefined ? undefined : { makeId: options.makeId }),
+  hermes: parseToolCalls,
   llama3_json: parseLlama3JsonToolCalls,
   mistral: parseMistralToolCalls,
   none: noToolCalls

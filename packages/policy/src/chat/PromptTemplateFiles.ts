@@ -20,7 +20,7 @@ import * as path from "node:path"
 import { writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { CHAT_TEMPLATE_FILE, ChatTemplate } from "./ChatTemplate.js"
 import { ChatTemplateError } from "./ChatTemplateError.js"
-import { saveChatTemplate } from "./ChatTemplateFiles.js"
+import { readText, saveChatTemplate } from "./ChatTemplateFiles.js"
 import { HfChatTemplate } from "./HfChatTemplate.js"
 import { HfPromptTemplate } from "./HfPromptTemplate.js"
 import { ADDITIONAL_CHAT_TEMPLATES_DIR, HF_CHAT_TEMPLATE_FILE, loadHfChatTemplate, TOKENIZER_CONFIG_FILE } from "./HfTemplateFiles.js"
@@ -35,9 +35,6 @@ export interface LoadPromptTemplateOptions {
 }
 
 const reason = (e: unknown) => (e instanceof Error ? e.message : String(e))
-
-const readText = (file: string) =>
-  Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => new ChatTemplateError({ message: `cannot read ${file}: ${reason(e)}`, cause: e }) })
 
 const loadHf = (dir: string, options?: LoadPromptTemplateOptions) =>
   Effect.map(loadHfChatTemplate(dir, { now: options?.now }), (t) => new HfPromptTemplate(t, options?.parsers))

@@ -17,6 +17,8 @@
  *   response (pass `makeId` for deterministic ids).
  */
 import { randomBytes } from "node:crypto"
+import { endOfJsonContainer, skipSpace } from "./jsonScan.js"
+import type { OutputParseOptions, ParsedOutput } from "./ParsedOutput.js"
 
 export const TOOL_CALL_OPEN = "<tool_call>"
 export const TOOL_CALL_CLOSE = "</tool_call>"
@@ -34,19 +36,9 @@ export interface ToolCallParseError {
   readonly message: string
 }
 
-export interface ParsedAssistantText {
-  readonly content: string
-  readonly toolCalls: ReadonlyArray<ParsedToolCall>
-  readonly errors: ReadonlyArray<ToolCallParseError>
-}
-
-export interface ParseToolCallsOptions {
-  readonly makeId?: (index: number) => string
-}
-
 type Item = { readonly text: string } | { readonly call: Omit<ParsedToolCall, "id"> }
 
-export const parseToolCalls = (text: string, options?: ParseToolCallsOptions): ParsedAssistantText => {
+export const parseToolCalls = (text: string, options?: OutputParseOptions): ParsedOutput => {
   const items: Array<Item> = []
   const errors: Array<ToolCallParseError> = []
   let at = 0
@@ -141,10 +133,7 @@ export const parseCallBody = (body: string, argumentKeys: ReadonlyArray<string> 
  * the key repeats, as `JSON.parse` keeps the last).
  */
 const topLevelValueText = (json: string, key: string): string | undefined => {
-  const ws = (i: number) => {
-    while (i < json.length && " \t\n\r".includes(json[i]!)) i++
-    return i
-  }
+  const ws = (i: number) => skipSpace(json, i)
   const endOfString = (i: number) => {
     let j = i + 1
     while (json[j] !== '"') j += json[j] === "\\" ? 2 : 1
@@ -153,26 +142,11 @@ const topLevelValueText = (json: string, key: string): string | undefined => {
   const endOfValue = (i: number) => {
     const c = json[i]
     if (c === '"') return endOfString(i)
-    if (c !== "{" && c !== "[") {
-      let j = i
-      while (j < json.length && !",}] \t\n\r".includes(json[j]!)) j++
-      return j
-    }
-    let depth = 0
-    for (let j = i; j < json.length; ) {
-      const d = json[j]!
-      if (d === '"') {
-        j = endOfString(j)
-        continue
-      }
-      if (d === "{" || d === "[") depth++
-      else if (d === "}" || d === "]") {
-        depth--
-        if (depth === 0) return j + 1
-      }
-      j++
-    }
-    return json.length
+    // The text is valid JSON, so a container always closes.
+    if (c === "{" || c === "[") return endOfJsonContainer(json, i)
+    let j = i
+    while (j < json.length && !",}] \t\n\r".includes(json[j]!)) j++
+    return j
   }
 
   let found: string | undefined

@@ -9,9 +9,7 @@ export {
   TOOL_CALL_OPEN,
   TOOL_CALL_CLOSE,
   type ParsedToolCall,
-  type ToolCallParseError,
-  type ParsedAssistantText,
-  type ParseToolCallsOptions
+  type ToolCallParseError
 } from "./ToolCallParser.js"
 export { HfChatTemplate, type HfTemplateSpec, type HfTemplateOptions, type HfRenderOptions, type SpecialTokenValues } from "./HfChatTemplate.js"
 export {

@@ -64,7 +64,12 @@ export class GenerationConfig extends Schema.Class<GenerationConfig>("Generation
   maxNewTokens: withDefault(Schema.Int.pipe(Schema.positive()), "max_new_tokens", 256)
 }) {
   static forTokenizer(tokenizer: Tokenizer): GenerationConfig {
-    return new GenerationConfig({ eosTokenIds: [...tokenizer.stopIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
+    return GenerationConfig.withEos(tokenizer.stopIds)
+  }
+
+  /** These stop ids and the default sampling settings. */
+  static withEos(ids: ReadonlyArray<number>): GenerationConfig {
+    return new GenerationConfig({ eosTokenIds: [...ids], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
   }
 }
 
@@ -88,25 +93,17 @@ const reason = (e: unknown): string => (e instanceof Error ? e.message : String(
 
 const fail = (file: string, message: string, cause?: unknown) => new CheckpointError({ file, message: `${file}: ${message}`, cause })
 
+/** Another module's error (its message already names the file) as a `CheckpointError` of `file`. */
+const inFile = (file: string) => (e: { readonly message: string }) => new CheckpointError({ file, message: e.message, cause: e })
+
 const readJson = (file: string) =>
   Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => fail(file, `cannot read (${reason(e)})`, e) }).pipe(
     Effect.flatMap((text) => Effect.try({ try: () => JSON.parse(text) as unknown, catch: (e) => fail(file, `invalid JSON (${reason(e)})`, e) }))
   )
 
-const writeBytesAtomic = (file: string, bytes: Uint8Array): Promise<void> => {
-  const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`
-  return fs
-    .writeFile(tmp, bytes, { flag: "wx" })
-    .then(() => fs.rename(tmp, file))
-    .catch(async (e: unknown) => {
-      await fs.rm(tmp, { force: true })
-      throw e
-    })
-}
-
 const write = (file: string, data: string | Uint8Array) =>
   Effect.tryPromise({
-    try: () => (typeof data === "string" ? writeFileAtomic(file, data) : writeBytesAtomic(file, data)),
+    try: () => writeFileAtomic(file, data),
     catch: (e) => fail(file, `cannot write (${reason(e)})`, e)
   })
 
@@ -124,25 +121,26 @@ const isAdapterDir = (dir: string): boolean => existsSync(path.join(dir, ADAPTER
 /** The model's config alone (of a LoRA checkpoint: its base's), without reading any weight. */
 export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, CheckpointError> =>
   Effect.gen(function* () {
-    const adapterFile = path.join(dir, ADAPTER_CONFIG_FILE)
-    if (existsSync(adapterFile) && !existsSync(path.join(dir, CONFIG_FILE))) {
-      const base = ((yield* readJson(adapterFile)) as Record<string, unknown>)?.["base_model_name_or_path"]
-      if (typeof base !== "string" || base === "") return yield* fail(adapterFile, "base_model_name_or_path does not name the base model's directory")
-      return yield* readModelConfig(path.resolve(dir, base))
-    }
+    if (isAdapterDir(dir)) return yield* readModelConfig((yield* readAdapterConfig(dir)).baseDir)
     const file = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(file)
     yield* requireHfConfig(file, json)
     return yield* Effect.try({ try: () => decodeHfConfig(json).config, catch: (e) => fail(file, reason(e), e) })
   })
 
-const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+/** A LoRA checkpoint's adapter_config.json, and the base model's directory it names. */
+const readAdapterConfig = (dir: string) =>
   Effect.gen(function* () {
     const file = path.join(dir, ADAPTER_CONFIG_FILE)
     const raw = (yield* readJson(file)) as Record<string, unknown>
     const baseName = raw?.["base_model_name_or_path"]
     if (typeof baseName !== "string" || baseName === "") return yield* fail(file, "base_model_name_or_path does not name the base model's directory")
-    const baseDir = path.resolve(dir, baseName)
+    return { file, raw, baseDir: path.resolve(dir, baseName) }
+  })
+
+const loadAdapterDir = (dir: string): Effect.Effect<ModelDir, CheckpointError> =>
+  Effect.gen(function* () {
+    const { file, raw, baseDir } = yield* readAdapterConfig(dir)
     const base = yield* loadFullModelDir(baseDir, arraySink)
     const adapter = yield* Effect.tryPromise({ try: () => readPeftAdapter(dir, base.config), catch: (e) => fail(file, reason(e), e) })
     const version = typeof raw["reins_policy_version"] === "number" ? (raw["reins_policy_version"] as number) : base.config.version
@@ -171,18 +169,14 @@ const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>): Effect.Effect<Mo
     // HfConfigError names the key of config.json.
     const hf = yield* Effect.try({ try: () => decodeHfConfig(json), catch: (e) => fail(configFile, reason(e), e) })
     const { config } = hf
-    const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
+    const tokenizer = yield* loadTokenizer(dir).pipe(Effect.mapError(inFile(path.join(dir, "tokenizer.json"))))
     if (tokenizer.vocabSize > config.vocabSize) {
       return yield* fail(path.join(dir, "tokenizer.json"), `has ${tokenizer.vocabSize} ids, more than the model's vocab_size ${config.vocabSize}`)
     }
-    const chatTemplate = yield* loadPromptTemplate(dir).pipe(
-      Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
-    )
+    const chatTemplate = yield* loadPromptTemplate(dir).pipe(Effect.mapError(inFile(path.join(dir, "chat_template.jinja"))))
     const genFile = path.join(dir, GENERATION_CONFIG_FILE)
     // Hugging Face models may have none: the eos ids of config.json and the defaults then.
-    const hfDefault = !existsSync(genFile)
-      ? new GenerationConfig({ eosTokenIds: [...hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 256 })
-      : undefined
+    const hfDefault = !existsSync(genFile) ? GenerationConfig.withEos(hf.eosTokenIds) : undefined
     const generationConfig = hfDefault ?? (yield* readJson(genFile).pipe(
       Effect.flatMap((json) =>
         Effect.try({
@@ -202,7 +196,7 @@ const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>): Effect.Effect<Mo
     const weights = yield* Effect.tryPromise({
       try: () => readHfParameters(dir, config, sink),
       // HfWeightsError names its file.
-      catch: (e) => (e instanceof HfWeightsError ? new CheckpointError({ file: e.file, message: e.message, cause: e }) : fail(configFile, reason(e), e))
+      catch: (e) => (e instanceof HfWeightsError ? inFile(e.file)(e) : fail(configFile, reason(e), e))
     })
     return { config, weights, tokenizer, chatTemplate, generationConfig, hf }
   })
@@ -236,10 +230,8 @@ export const saveModelDir = (dir: string, contents: ModelDir): Effect.Effect<voi
     yield* write(path.join(dir, WEIGHTS_FILE), hfFiles.weights)
     // one file now: an index left by an earlier sharded save would point elsewhere
     yield* Effect.promise(() => fs.rm(path.join(dir, STALE_SHARD_INDEX), { force: true }))
-    yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "tokenizer.json"), message: e.message, cause: e })))
-    yield* savePromptTemplate(dir, contents.chatTemplate).pipe(
-      Effect.mapError((e) => new CheckpointError({ file: path.join(dir, "chat_template.jinja"), message: e.message, cause: e }))
-    )
+    yield* saveTokenizer(dir, contents.tokenizer).pipe(Effect.mapError(inFile(path.join(dir, "tokenizer.json"))))
+    yield* savePromptTemplate(dir, contents.chatTemplate).pipe(Effect.mapError(inFile(path.join(dir, "chat_template.jinja"))))
     yield* write(path.join(dir, GENERATION_CONFIG_FILE), JSON.stringify(Schema.encodeSync(GenerationConfig)(contents.generationConfig), null, 2) + "\n")
     yield* write(path.join(dir, CONFIG_FILE), JSON.stringify(hfFiles.config, null, 2) + "\n")
   })

@@ -274,25 +274,6 @@ export class SafetensorsReader {
     if (hash !== undefined && hash.digest("hex") !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
   }
 
-  /**
-   * Checks the data section against its `reins.sha256` checksum, when the file has one (files
-   * reins writes do; other writers' do not), streaming it in chunks.
-   */
-  async verifyChecksum(): Promise<void> {
-    const expected = this.header.metadata[CHECKSUM]
-    if (expected === undefined) return
-    const hash = createHash("sha256")
-    const { size } = await this.handle.stat()
-    const chunk = new Uint8Array(16 << 20)
-    for (let at = this.header.dataStart; at < size;) {
-      const { bytesRead } = await this.handle.read(chunk, 0, Math.min(chunk.length, size - at), at)
-      if (bytesRead === 0) throw new SafetensorsError("truncated while reading the data section")
-      hash.update(chunk.subarray(0, bytesRead))
-      at += bytesRead
-    }
-    if (hash.digest("hex") !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
-  }
-
   close(): Promise<void> {
     return this.handle.close()
   }

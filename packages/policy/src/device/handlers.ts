@@ -194,12 +194,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
           const state = withOptimizer ? optimizer.current?.exportState() : undefined
-          if (lora !== undefined) {
-            yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
-            return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
-          }
-          const contents: ModelDir = { ...policy, config: policy.config.withVersion(version), weights: model.readWeights() }
-          yield* saveCheckpointDir(dir, contents, state)
+          if (lora !== undefined) yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
+          else yield* saveCheckpointDir(dir, { ...policy, config: policy.config.withVersion(version), weights: model.readWeights() }, state)
           return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
         })),
       Restore: ({ dir, version: requested }) =>

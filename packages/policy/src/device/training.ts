@@ -5,6 +5,7 @@
  */
 import { DeviceError, type TrainRequest, type TrainSample, type TrainSettings, type TrainStepStats } from "@reins/protocol"
 import { Effect } from "effect"
+import { yieldToEventLoop } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
 import type { Transformer } from "../model/transformer.js"
 import type { Objective } from "../train/losses.js"
@@ -14,12 +15,6 @@ import { scoreSequences, trainStep } from "../train/step.js"
 
 /** Forward passes of `Score` stay within this many token slots (the wasm heap bound). */
 export const SCORE_MICRO_BATCH_TOKENS = 4096
-
-/** Lets the event loop run (RPCs, the engine's steps) between two long synchronous computations. */
-export const yieldToEventLoop = Effect.async<void>((resume) => {
-  const handle = setImmediate(() => resume(Effect.void))
-  return Effect.sync(() => clearImmediate(handle))
-})
 
 const invalid = (message: string) => new DeviceError({ message: `Train: ${message}` })
 

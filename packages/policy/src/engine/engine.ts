@@ -62,7 +62,7 @@ export interface EngineStats extends SchedulerStats {
 }
 
 /** Lets the event loop run (I/O, timers, other fibers) before the next step. */
-const yieldToEventLoop = Effect.async<void>((resume) => {
+export const yieldToEventLoop = Effect.async<void>((resume) => {
   const handle = setImmediate(() => resume(Effect.void))
   return Effect.sync(() => clearImmediate(handle))
 })

@@ -13,14 +13,10 @@
  * reaches top_p, and one is drawn in proportion to its probability with the request's own RNG,
  * so a seeded request draws the same tokens whatever else runs beside it.
  */
+import type { SamplingParams } from "@reins/protocol"
 import type { Rng } from "../random.js"
 
-export interface SamplerSettings {
-  readonly temperature: number
-  readonly topP: number
-  readonly topK: number
-  readonly topLogprobs: number
-}
+export type SamplerSettings = Pick<SamplingParams, "temperature" | "topP" | "topK" | "topLogprobs">
 
 export interface Sampled {
   readonly id: number

@@ -302,7 +302,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   /** Samples the next token of `seq`, emits it, and retires the sequence if it is done. */
   private emit(seq: Sequence<C>, logits: Float32Array): void {
     const p = seq.params
-    const s = this.sampler.sample(logits, { temperature: p.temperature, topP: p.topP, topK: p.topK, topLogprobs: p.topLogprobs }, seq.rng)
+    const s = this.sampler.sample(logits, p, seq.rng)
     const version = this.decoder.version
     const n = seq.count++
     seq.outIds[n] = s.id

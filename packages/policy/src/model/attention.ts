@@ -8,6 +8,7 @@
 import * as tf from "@tensorflow/tfjs"
 import { backward, BufferPool, isWasm, Scratch, upload, view } from "./heap.js"
 import { type RopeTable, ropeInPlace, ropeTf } from "./ops.js"
+import { transposeInto } from "./transpose.js"
 
 const scratch = new Scratch()
 const pool = new BufferPool()
@@ -200,18 +201,6 @@ const attentionForward = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D, layout
   return { value, saved: { qh, kh, vh, probs } }
 }
 
-/** Transpose of a square [T, T] block into `out`. */
-const transposeSquare = (x: Float32Array, out: Float32Array, T: number): Float32Array => {
-  for (let i0 = 0; i0 < T; i0 += 16) {
-    const i1 = Math.min(T, i0 + 16)
-    for (let j0 = 0; j0 < T; j0 += 16) {
-      const j1 = Math.min(T, j0 + 16)
-      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) out[j * T + i] = x[i * T + j]!
-    }
-  }
-  return out
-}
-
 /**
  * Backward per (row, head): dV = Pᵀ·dO, dP = dO·Vᵀ, dS = softmax backward, dQ = dS·K,
  * dK = dSᵀ·Q; the query heads sharing a kv head add up into its dK and dV. The [T, T] operand
@@ -247,7 +236,8 @@ const attentionBackward = (dy: tf.Tensor2D, saved: AttentionSaved, layout: Atten
       const blk = (x: Float32Array) => x.subarray(i * block, (i + 1) * block)
       const kvBlk = (x: Float32Array) => x.subarray(j * block, (j + 1) * block)
       const p = probs.subarray(i * T * T, (i + 1) * T * T)
-      const tpT = left(transposeSquare(p, square, T), T, T)
+      transposeInto(p, square, T, T)
+      const tpT = left(square, T, T)
       blockMatmul(tpT, blk(doh), [T, hd], kvBlk(dvh), true)
       tpT.dispose()
       const tdo = left(blk(doh), T, hd)
@@ -257,7 +247,8 @@ const attentionBackward = (dy: tf.Tensor2D, saved: AttentionSaved, layout: Atten
       const tds = left(ds, T, T)
       blockMatmul(tds, kvBlk(kh), [T, hd], blk(dqh))
       tds.dispose()
-      const tdsT = left(transposeSquare(ds, square, T), T, T)
+      transposeInto(ds, square, T, T)
+      const tdsT = left(square, T, T)
       blockMatmul(tdsT, blk(qh), [T, hd], kvBlk(dkh), true)
       tdsT.dispose()
     }

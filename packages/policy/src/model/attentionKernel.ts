@@ -139,8 +139,10 @@ const PAGE = 65536
 export class AttentionKernel {
   readonly simd: boolean
   private readonly memory: WasmMemory
-  private readonly dot: Kernel
-  private readonly axpy: Kernel
+  /** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len, stride multiples of 16). */
+  readonly dotRows: Kernel
+  /** out[t] = Σ_r a[r]·b[r·stride + t] for t < len/4 (byte addresses; len, stride multiples of 16). */
+  readonly axpyRows: Kernel
   private view: Float32Array
   private top = 64 // bytes; offset 0 stays unused
   private readonly freeBySize = new Map<number, Array<number>>()
@@ -151,12 +153,12 @@ export class AttentionKernel {
     if (simd) {
       const instance = new WebAssembly.Instance(new WebAssembly.Module(bytes), {})
       this.memory = instance.exports["memory"] as WasmMemory
-      this.dot = instance.exports["dot_rows"] as Kernel
-      this.axpy = instance.exports["axpy_rows"] as Kernel
+      this.dotRows = instance.exports["dot_rows"] as Kernel
+      this.axpyRows = instance.exports["axpy_rows"] as Kernel
     } else {
       this.memory = new WebAssembly.Memory({ initial: 1 })
-      this.dot = (a, b, rows, stride, len, out) => jsDotRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
-      this.axpy = (a, b, rows, stride, len, out) => jsAxpyRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
+      this.dotRows = (a, b, rows, stride, len, out) => jsDotRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
+      this.axpyRows = (a, b, rows, stride, len, out) => jsAxpyRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
     }
     this.simd = simd
     this.view = new Float32Array(this.memory.buffer)
@@ -186,16 +188,6 @@ export class AttentionKernel {
     let list = this.freeBySize.get(bytes)
     if (list === undefined) this.freeBySize.set(bytes, (list = []))
     list.push(offset)
-  }
-
-  /** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len, stride multiples of 16). */
-  dotRows(a: number, b: number, rows: number, stride: number, len: number, out: number): void {
-    this.dot(a, b, rows, stride, len, out)
-  }
-
-  /** out[t] = Σ_r a[r]·b[r·stride + t] for t < len/4 (byte addresses; len, stride multiples of 16). */
-  axpyRows(a: number, b: number, rows: number, stride: number, len: number, out: number): void {
-    this.axpy(a, b, rows, stride, len, out)
   }
 }
 

@@ -91,25 +91,12 @@ export const validate = (c: ModelConfig): ModelConfig => {
 /** Llama's SwiGLU width for a model width: 8/3 of it (the parameters of a 4× GELU MLP), rounded up to 32. */
 export const defaultFfWidth = (dModel: number): number => Math.ceil((8 * dModel) / 3 / 32) * 32
 
+type ConfigFields = Schema.Struct.Type<typeof ModelConfig.fields>
+
 /** Builds a validated config from camelCase fields (defaults for the optional ones). */
-export const makeConfig = (fields: {
-  readonly vocabSize: number
-  readonly dModel: number
-  readonly nLayers: number
-  readonly nHeads: number
-  readonly dFf?: number
-  readonly contextLength: number
-  readonly tieEmbeddings?: boolean
-  readonly ropeTheta?: number
-  readonly normEps?: number
-  readonly nKvHeads?: number
-  readonly headDimension?: number
-  readonly qkvBias?: boolean
-  readonly oBias?: boolean
-  readonly qkNorm?: boolean
-  readonly ropeScaling?: RopeScaling
-  readonly version?: number
-}): ModelConfig => {
+export const makeConfig = (
+  fields: Pick<ConfigFields, "vocabSize" | "dModel" | "nLayers" | "nHeads" | "contextLength"> & Partial<ConfigFields>
+): ModelConfig => {
   if (fields.headDimension === undefined && fields.dModel % fields.nHeads !== 0) throw new Error(`d_model ${fields.dModel} is not divisible by n_heads ${fields.nHeads}`)
   // Every option explicit, so a config made here equals the one its saved config.json reads back as.
   return validate(

@@ -10,7 +10,7 @@ import { ChatTemplate } from "../chat/ChatTemplate.js"
 import { CheckpointError, CONFIG_FILE, GenerationConfig, loadModelDir, type ModelDir, saveModelDir } from "../checkpoint/modelDir.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { makeConfig, type ModelConfig } from "./config.js"
-import { initWeights, Transformer } from "./transformer.js"
+import { initWeights } from "./transformer.js"
 
 /**
  * ~1M parameters at a 512-token vocabulary, a small Llama: d_model 128, 4 layers of 4 heads,
@@ -18,9 +18,6 @@ import { initWeights, Transformer } from "./transformer.js"
  */
 export const defaultModelConfig = (vocabSize: number, overrides: Partial<Parameters<typeof makeConfig>[0]> = {}): ModelConfig =>
   makeConfig({ vocabSize, dModel: 128, nLayers: 4, nHeads: 4, contextLength: 1024, ...overrides })
-
-/** A freshly initialised model (the tfjs backend must be initialised). */
-export const createDefaultModel = (config: ModelConfig, seed = 0): Transformer => Transformer.init(config, seed)
 
 export interface InitModelDirOptions {
   readonly tokenizer: Tokenizer

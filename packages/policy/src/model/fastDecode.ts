@@ -161,14 +161,7 @@ export class FastDecoder {
   /** RMSNorm of every row of x [R, d] into out. */
   private norm(x: Float32Array, out: Float32Array, R: number, weight: Float32Array): void {
     const d = this.config.dModel
-    const eps = this.config.normEps
-    for (let r = 0; r < R; r++) {
-      const o = r * d
-      let sq = 0
-      for (let j = 0; j < d; j++) sq += x[o + j]! * x[o + j]!
-      const inv = 1 / Math.sqrt(sq / d + eps)
-      for (let j = 0; j < d; j++) out[o + j] = x[o + j]! * inv * weight[j]!
-    }
+    for (let r = 0; r < R; r++) rmsNormInto(x, out, r * d, d, weight, this.config.normEps)
   }
 
   /** Qwen3's RMSNorm of every query and key head of qkv [R, qDim + 2·kvDim], in place. */
@@ -178,12 +171,7 @@ export class FastDecoder {
     const width = c.qDim + 2 * c.kvDim
     for (let r = 0; r < R; r++) {
       for (let h = 0; h < c.nHeads + c.kvHeads; h++) {
-        const o = r * width + h * hd
-        const weight = h < c.nHeads ? layer.qNorm! : layer.kNorm!
-        let sq = 0
-        for (let j = 0; j < hd; j++) sq += qkv[o + j]! * qkv[o + j]!
-        const inv = 1 / Math.sqrt(sq / hd + c.normEps)
-        for (let j = 0; j < hd; j++) qkv[o + j] = qkv[o + j]! * inv * weight[j]!
+        rmsNormInto(qkv, qkv, r * width + h * hd, hd, h < c.nHeads ? layer.qNorm! : layer.kNorm!, c.normEps)
       }
     }
   }
@@ -306,6 +294,14 @@ export class FastDecoder {
     }
     return out
   }
+}
+
+/** RMSNorm of x[o .. o + n) into out[o .. o + n) (which may be x), scaled by `weight`. */
+const rmsNormInto = (x: Float32Array, out: Float32Array, o: number, n: number, weight: Float32Array, eps: number): void => {
+  let sq = 0
+  for (let j = 0; j < n; j++) sq += x[o + j]! * x[o + j]!
+  const inv = 1 / Math.sqrt(sq / n + eps)
+  for (let j = 0; j < n; j++) out[o + j] = x[o + j]! * inv * weight[j]!
 }
 
 /** Adds `bias` [cols] to every one of the R rows of x. */

@@ -21,17 +21,7 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { backward, isWasm, view } from "./heap.js"
-
-/** `out[j·r + i] = src[i·c + j]` for a row-major [r, c] matrix, in 16×16 blocks (both sides stay in cache). */
-export const transposeInto = (src: Float32Array, out: Float32Array, r: number, c: number): void => {
-  for (let i0 = 0; i0 < r; i0 += 16) {
-    const i1 = Math.min(r, i0 + 16)
-    for (let j0 = 0; j0 < c; j0 += 16) {
-      const j1 = Math.min(c, j0 + 16)
-      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) out[j * r + i] = src[i * c + j]!
-    }
-  }
-}
+import { transposeInto } from "./transpose.js"
 
 /**
  * `xᵀ` of a rank-2 tensor; on wasm a JS copy straight into the new tensor's memory (no
@@ -46,6 +36,22 @@ export const transpose2d = (x: tf.Tensor2D): tf.Tensor2D => {
   return out
 }
 
+/** `a·bᵀ` as an untransposed product (the transpose is dropped right after). */
+const timesTransposed = (a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D => {
+  const bt = transpose2d(b)
+  const out = tf.matMul(a, bt) as tf.Tensor2D
+  bt.dispose()
+  return out
+}
+
+/** `aᵀ·b` as an untransposed product (the transpose is dropped right after). */
+const transposedTimes = (a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D => {
+  const at = transpose2d(a)
+  const out = tf.matMul(at, b) as tf.Tensor2D
+  at.dispose()
+  return out
+}
+
 /** `a·b` for rank-2 tensors, both trained (or feeding something trained). */
 export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.customGrad(
   // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
@@ -56,13 +62,7 @@ export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.custom
       gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
         backward(dy, saved, () => {
           const [sa, sb] = saved as [tf.Tensor2D, tf.Tensor2D]
-          const bt = transpose2d(sb)
-          const da = tf.matMul(dy, bt)
-          bt.dispose()
-          const at = transpose2d(sa)
-          const db = tf.matMul(at, dy)
-          at.dispose()
-          return [da, db]
+          return [timesTransposed(dy, sb), transposedTimes(sa, dy)]
         })
     }
   }
@@ -79,13 +79,7 @@ export const frozenMatmul = (x: tf.Tensor2D, w: tf.Tensor2D, wT?: tf.Tensor2D): 
       (x: tf.Tensor2D) => ({
         value: tf.matMul(x, w),
         gradFunc: (dy: tf.Tensor2D) =>
-          backward(dy, [], () => {
-            if (wT !== undefined) return [tf.matMul(dy, wT)]
-            const t = transpose2d(w)
-            const dx = tf.matMul(dy, t)
-            t.dispose()
-            return [dx]
-          })
+          backward(dy, [], () => [wT !== undefined ? tf.matMul(dy, wT) : timesTransposed(dy, w)])
       })
     ) as (x: tf.Tensor2D) => tf.Tensor2D
   )(x)
@@ -103,19 +97,8 @@ export const loraLinear = (x: tf.Tensor2D, xd: tf.Tensor2D, w: tf.Tensor2D, a: t
           gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
             backward(dy, saved, () => {
               const [sxd, sa, sb, sxa] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D]
-              const t = (m: tf.Tensor2D) => transpose2d(m)
-              const wT = t(w)
-              const dx = tf.matMul(dy, wT)
-              const bT = t(sb)
-              const dxa = tf.mul(tf.matMul(dy, bT), scale) as tf.Tensor2D // d(xd·a)
-              const xaT = t(sxa)
-              const db = tf.matMul(xaT, dy)
-              const xdT = t(sxd)
-              const da = tf.matMul(xdT, dxa)
-              const aT = t(sa)
-              const dxd = tf.matMul(dxa, aT)
-              tf.dispose([wT, bT, xaT, xdT, aT, dxa])
-              return [dx, dxd, da, db]
+              const dxa = tf.mul(timesTransposed(dy, sb), scale) as tf.Tensor2D // d(xd·a)
+              return [timesTransposed(dy, w), timesTransposed(dxa, sa), transposedTimes(sxd, dxa), transposedTimes(sxa, dy)]
             })
         }
       }
@@ -134,12 +117,10 @@ export const tiedHead = (h: tf.Tensor2D, e: tf.Tensor2D, eT: tf.Tensor2D): tf.Te
           gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
             backward(dy, saved, () => {
               const [sh, se] = saved as [tf.Tensor2D, tf.Tensor2D]
-              const dh = tf.matMul(dy, se)
-              const ht = transpose2d(sh)
-              const deT = tf.matMul(ht, dy) as tf.Tensor2D // [d, vocab]
+              const deT = transposedTimes(sh, dy) // [d, vocab]
               const de = transpose2d(deT)
-              tf.dispose([ht, deT])
-              return [dh, de]
+              deT.dispose()
+              return [tf.matMul(dy, se), de]
             })
         }
       }

@@ -19,8 +19,6 @@ import * as tf from "@tensorflow/tfjs"
 import type { RopeScaling } from "./config.js"
 import { backward, isWasm, Scratch, upload, view } from "./heap.js"
 
-export { matmul, transpose2d } from "./matmul.js"
-
 const scratch = new Scratch()
 
 // ---------------------------------------------------------------------------------------------

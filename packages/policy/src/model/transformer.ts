@@ -171,20 +171,14 @@ export class Transformer {
 
   /** A copy of the adapters' values (empty without LoRA). */
   readAdapters(): Weights {
-    const out: Weights = {}
-    for (const [name, v] of this.adapters?.variables ?? []) out[name] = new Float32Array(v.dataSync() as Float32Array)
-    return out
+    return copyValues(this.adapters?.variables ?? [])
   }
 
   /** Replaces the adapters' values (all or nothing). */
   setAdapters(adapters: Weights): void {
     if (this.adapters === undefined) throw new WeightsError("no LoRA adapters are attached")
     checkWeights(Object.fromEntries([...this.adapters.variables].map(([n, v]) => [n, v.shape])), adapters)
-    for (const [name, v] of this.adapters.variables) {
-      const t = upload(adapters[name]!, v.shape)
-      v.assign(t)
-      t.dispose()
-    }
+    for (const [name, v] of this.adapters.variables) assignValues(v, adapters[name]!)
   }
 
   /**
@@ -326,19 +320,13 @@ export class Transformer {
 
   /** A copy of every parameter's values. */
   readWeights(): Weights {
-    const out: Weights = {}
-    for (const [name, v] of this.params) out[name] = new Float32Array(v.dataSync() as Float32Array)
-    return out
+    return copyValues(this.params)
   }
 
   /** Replaces every parameter's values (checked against the config first: all or nothing). */
   setWeights(weights: Weights, version?: number): void {
     checkWeights(parameterShapes(this.config), weights)
-    for (const [name, v] of this.params) {
-      const t = upload(weights[name]!, v.shape)
-      v.assign(t)
-      t.dispose()
-    }
+    for (const [name, v] of this.params) assignValues(v, weights[name]!)
     if (version !== undefined) this.version = version
   }
 
@@ -347,6 +335,17 @@ export class Transformer {
     for (const v of this.params.values()) v.dispose()
     for (const v of this.adapters?.variables.values() ?? []) v.dispose()
   }
+}
+
+/** A copy of each variable's values, by name. */
+const copyValues = (variables: Iterable<readonly [string, tf.Variable]>): Weights =>
+  Object.fromEntries(Array.from(variables, ([name, v]) => [name, new Float32Array(v.dataSync() as Float32Array)]))
+
+/** Gives `v` a copy of `values`. */
+const assignValues = (v: tf.Variable, values: Float32Array): void => {
+  const t = upload(values, v.shape)
+  v.assign(t)
+  t.dispose()
 }
 
 /** Throws a WeightsError unless `weights` has exactly the expected names and sizes. */

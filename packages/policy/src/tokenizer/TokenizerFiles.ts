@@ -10,11 +10,11 @@ import { TokenizerError } from "./TokenizerError.js"
 
 export const TOKENIZER_FILE = "tokenizer.json"
 
-/** Writes `text` to `file` atomically (temp file in the same directory + rename). */
-export const writeFileAtomic = (file: string, text: string): Promise<void> => {
+/** Writes `data` (text as UTF-8) to `file` atomically (temp file in the same directory + rename). */
+export const writeFileAtomic = (file: string, data: string | Uint8Array): Promise<void> => {
   const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`
   return fs
-    .writeFile(tmp, text, { encoding: "utf8", flag: "wx" })
+    .writeFile(tmp, data, { encoding: "utf8", flag: "wx" })
     .then(() => fs.rename(tmp, file))
     .catch(async (e: unknown) => {
       await fs.rm(tmp, { force: true })

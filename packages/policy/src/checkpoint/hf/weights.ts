@@ -10,6 +10,7 @@ import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { type ModelConfig, parameterShapes } from "../../model/config.js"
 import type { Weights } from "../../model/transformer.js"
+import { transpose, transposeInto } from "../../model/transpose.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
 import { encodeSafetensors, SafetensorsReader, type TensorEntry, typedValues } from "../safetensors.js"
 import type { HfDtype } from "./config.js"
@@ -69,13 +70,6 @@ export const hfName = (name: string): HfName => {
   throw new Error(`parameter ${name} has no Hugging Face name (only the Llama family's parameters do)`)
 }
 
-/** [rows, cols] row-major → [cols, rows]. */
-export const transpose = (x: Float32Array, rows: number, cols: number): Float32Array => {
-  const out = new Float32Array(x.length)
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = x[i * cols + j]!
-  return out
-}
-
 /** Tensors Hugging Face files may carry that are not weights (old Llama checkpoints). */
 const IGNORED = /\.rotary_emb\.inv_freq$/
 
@@ -122,17 +116,6 @@ export const arraySink: WeightSink<Float32Array> = {
   alloc: (_, shape) => new Float32Array(shape.reduce((a, b) => a * b, 1)),
   values: (a) => a,
   dispose: () => {}
-}
-
-/** Rows [r0, r0 + n) of a row-major [rows, cols] matrix, `src` holding just them, written transposed into `dest` [cols, rows]; 16×16 blocks keep both sides in cache. */
-const transposeRows = (src: Float32Array, dest: Float32Array, rows: number, cols: number, r0: number, n: number): void => {
-  for (let i0 = 0; i0 < n; i0 += 16) {
-    const i1 = Math.min(n, i0 + 16)
-    for (let j0 = 0; j0 < cols; j0 += 16) {
-      const j1 = Math.min(cols, j0 + 16)
-      for (let i = i0; i < i1; i++) for (let j = j0; j < j1; j++) dest[j * rows + r0 + i] = src[i * cols + j]!
-    }
-  }
 }
 
 /** How one stored tensor becomes one of our parameters. */
@@ -232,7 +215,8 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
           if (converted.length < n) converted = new Float32Array(n)
           const values = tensor.dtype === "F32" ? (stored as Float32Array) : toF32(tensor.dtype, stored, converted.subarray(0, n))
           const [rows, cols] = target.stored as [number, number]
-          transposeRows(values, sink.values(dest), rows, cols, first / cols, n / cols)
+          // Rows first / cols.. of the stored [rows, cols] matrix, into its transpose [cols, rows].
+          transposeInto(values, sink.values(dest), n / cols, cols, rows, first / cols)
         })
       } catch (e) {
         throw new HfWeightsError(path.join(dir, file), (e as Error).message)
