@@ -40,15 +40,19 @@ export const checkpointDir = (root: string, version: number) => path.join(root, 
 
 const cursorFile = (root: string, version: number) => `${checkpointDir(root, version)}.cursor.json`
 
+/** Writes `text` to a temporary sibling of `file`, then renames it into place. */
+const writeAtomically = (file: string, text: string) => {
+  const temp = `${file}.tmp`
+  writeFileSync(temp, text)
+  renameSync(temp, file)
+}
+
 /** Writes the cursor of a checkpoint whose model directory is already complete. */
 export const writeCursor = (root: string, cursor: Cursor): Effect.Effect<void, TrainerError> =>
   Effect.try({
     try: () => {
       mkdirSync(root, { recursive: true })
-      const file = cursorFile(root, cursor.version)
-      const temp = `${file}.tmp`
-      writeFileSync(temp, JSON.stringify(Schema.encodeSync(Cursor)(cursor), null, 2))
-      renameSync(temp, file)
+      writeAtomically(cursorFile(root, cursor.version), JSON.stringify(Schema.encodeSync(Cursor)(cursor), null, 2))
     },
     catch: fail("write checkpoint cursor")
   })
@@ -85,11 +89,7 @@ export const truncateMetrics = (file: string, version: number): Effect.Effect<vo
     if (kept.length === rows.length) return
     const encode = Schema.encodeSync(VersionMetrics)
     yield* Effect.try({
-      try: () => {
-        const temp = `${file}.tmp`
-        writeFileSync(temp, kept.map((r) => `${JSON.stringify(encode(r))}\n`).join(""))
-        renameSync(temp, file)
-      },
+      try: () => writeAtomically(file, kept.map((r) => `${JSON.stringify(encode(r))}\n`).join("")),
       catch: fail("truncate metrics")
     })
   })

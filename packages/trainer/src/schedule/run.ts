@@ -92,9 +92,7 @@ class RunState {
   }
 
   get unfinished(): number {
-    let n = 0
-    for (const g of this.groups.values()) if (g.ended === null) n++
-    return n
+    return [...this.groups.values()].filter((g) => g.ended === null).length
   }
 
   views(): ReadonlyArray<GroupState> {
@@ -174,7 +172,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         const ended = groupIds.flatMap((id) => state.groups.get(id)!.ended ?? [])
         const failures = summarizeFailures(ended)
         yield* checkServing(yield* readClocks(ports), state.version)
-        const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, ended })
+        const result = yield* runUpdate(ports, { config, contextLength: info.contextLength, version: state.version, ended })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
         if (result.outcome === null) {
