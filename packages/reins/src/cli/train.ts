@@ -132,9 +132,7 @@ export const runTrain = (args: TrainArgs) =>
       run,
       trainer,
       resumeDir: Option.getOrUndefined(args.resume),
-      cluster: network.cluster,
-      http: network.http,
-      publicUrl: network.publicUrl,
+      ...network,
       log: (line) => Console.log(line),
       onEvent: (event) => {
         if (event._tag === "Version") updates++

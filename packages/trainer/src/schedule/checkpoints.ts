@@ -33,10 +33,8 @@ export class Cursor extends Schema.Class<Cursor>("Cursor")({
 
 const fail = (operation: string) => (e: unknown) => new TrainerError({ operation, message: e instanceof Error ? e.message : String(e) })
 
-const dirName = (version: number) => `v${String(version).padStart(6, "0")}`
-
 /** Where the model directory of `version` lives under a run's checkpoint folder. */
-export const checkpointDir = (root: string, version: number) => path.join(root, dirName(version))
+export const checkpointDir = (root: string, version: number) => path.join(root, `v${String(version).padStart(6, "0")}`)
 
 const cursorFile = (root: string, version: number) => `${checkpointDir(root, version)}.cursor.json`
 
