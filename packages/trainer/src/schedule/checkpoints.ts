@@ -10,12 +10,12 @@
  * trained), then the task order continues; rollouts trained in versions after the checkpoint
  * were lost with those versions, so nothing is counted twice.
  */
-import { Task, VersionMetrics } from "@reins/protocol"
+import { VersionMetrics } from "@reins/protocol"
 import { Effect, Schema } from "effect"
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
 import path from "node:path"
 import { readJsonl } from "../jsonl.js"
-import { TrainerError } from "./ports.js"
+import { TaskItem, TrainerError } from "./ports.js"
 
 export class Cursor extends Schema.Class<Cursor>("Cursor")({
   version: Schema.Int,
@@ -26,7 +26,7 @@ export class Cursor extends Schema.Class<Cursor>("Cursor")({
   /** The task source's position (see `TaskSource.position`). */
   tasks: Schema.Unknown,
   /** Tasks handed out but not trained at checkpoint time, in the order they were handed out. */
-  pending: Schema.Array(Schema.Struct({ task: Task, extra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })),
+  pending: Schema.Array(TaskItem),
   /** Wall seconds of the run up to the checkpoint. */
   wallSeconds: Schema.Number
 }) {}
