@@ -160,13 +160,11 @@ export const scoreRollouts = (rollouts: ReadonlyArray<AdaptedTrace>, options: Ad
       drops.add("group-zero-variance", 1, tokens)
       continue
     }
-    let used = false
     rewarded.forEach(({ member }, i) => {
       if (member.segments.length === 0) drops.add("rollout-no-tokens")
       for (const segment of member.segments) samples.push(scoreSegment(segment, advantages[i]!))
-      used ||= member.segments.length > 0
     })
-    if (used) groups++
+    if (rewarded.some(({ member }) => member.segments.length > 0)) groups++
   }
   return { samples, rewards, zeroed, groups, drops }
 }
