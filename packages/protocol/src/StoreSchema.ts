@@ -83,10 +83,7 @@ export type CallProtocol = typeof CallProtocol.Type
 export const protocolOfEndpoint = (endpoint: CallEndpoint): CallProtocol => (endpoint === "messages" ? "anthropic" : "openai")
 
 /** How a recorded call ended: its HTTP status and, when it failed, the error (`code: message`). */
-export interface CallStatus {
-  readonly status: number
-  readonly error: string | null
-}
+export type CallStatus = Pick<LlmCall, "status" | "error">
 
 /**
  * A call refused because the conversation no longer fits the model's context (OpenAI's

@@ -71,11 +71,9 @@ export const baselineAdvantages = (v: Float64Array, estimator: AdvantageEstimato
   const n = v.length
   const out = new Float64Array(n)
   if (n < 2 || !hasSpread(v)) return out
-  let sum = 0
-  for (const x of v) sum += x
+  const sum = v.reduce((a, x) => a + x, 0)
   const mean = sum / n
-  let squares = 0
-  for (const x of v) squares += (x - mean) * (x - mean)
+  const squares = v.reduce((a, x) => a + (x - mean) * (x - mean), 0)
   const scale = stdScaling ? 1 / (Math.sqrt(squares / (n - 1)) + STD_EPSILON) : 1
   for (let i = 0; i < n; i++) {
     const baseline = estimator === "rloo" ? (sum - v[i]!) / (n - 1) : mean
@@ -162,13 +160,11 @@ export const scoreRollouts = (rollouts: ReadonlyArray<AdaptedTrace>, options: Ad
       drops.add("group-zero-variance", 1, tokens)
       continue
     }
-    let used = false
     rewarded.forEach(({ member }, i) => {
       if (member.segments.length === 0) drops.add("rollout-no-tokens")
       for (const segment of member.segments) samples.push(scoreSegment(segment, advantages[i]!))
-      used ||= member.segments.length > 0
     })
-    if (used) groups++
+    if (rewarded.some(({ member }) => member.segments.length > 0)) groups++
   }
   return { samples, rewards, zeroed, groups, drops }
 }

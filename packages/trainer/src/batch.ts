@@ -52,12 +52,6 @@ export const buildBatch = (traces: ReadonlyArray<RolloutTrace>, options: BatchOp
   })
   const scored = scoreRollouts(adapted, options)
   drops.merge(scored.drops)
-  let tokens = 0
-  let actionTokens = 0
-  for (const s of scored.samples) {
-    tokens += s.tokens.length
-    actionTokens += s.actionTokens
-  }
   return {
     samples: scored.samples,
     reward: rewardStats(scored.rewards, options.passThreshold),
@@ -65,8 +59,8 @@ export const buildBatch = (traces: ReadonlyArray<RolloutTrace>, options: BatchOp
       groups: scored.groups,
       rollouts: new Set(scored.samples.map((s) => s.rolloutId)).size,
       segments: scored.samples.length,
-      tokens,
-      actionTokens
+      tokens: scored.samples.reduce((n, s) => n + s.tokens.length, 0),
+      actionTokens: scored.samples.reduce((n, s) => n + s.actionTokens, 0)
     }),
     segmentStarts: countStarts(adapted.flatMap((a) => a.segments.map((s) => s.start))),
     drops

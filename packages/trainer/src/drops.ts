@@ -9,12 +9,8 @@ export class DropTally {
   private readonly counts = new Map<DropReason, { count: number; actionTokens: number }>()
 
   add(reason: DropReason, count = 1, actionTokens = 0): void {
-    const entry = this.counts.get(reason)
-    if (entry === undefined) this.counts.set(reason, { count, actionTokens })
-    else {
-      entry.count += count
-      entry.actionTokens += actionTokens
-    }
+    const entry = this.counts.get(reason) ?? { count: 0, actionTokens: 0 }
+    this.counts.set(reason, { count: entry.count + count, actionTokens: entry.actionTokens + actionTokens })
   }
 
   count(reason: DropReason): number {
@@ -27,12 +23,9 @@ export class DropTally {
 
   /** Every reason, zeros included, so a metrics line always shows the whole picture. */
   snapshot(): DropCounts {
-    const out = {} as Record<DropReason, DropCount>
-    for (const reason of DropReason.literals) {
-      const entry = this.counts.get(reason)
-      out[reason] = new DropCount({ count: entry?.count ?? 0, actionTokens: entry?.actionTokens ?? 0 })
-    }
-    return out
+    return Object.fromEntries(
+      DropReason.literals.map((reason) => [reason, new DropCount({ count: this.count(reason), actionTokens: this.actionTokens(reason) })])
+    ) as Record<DropReason, DropCount>
   }
 
   /** Adds another tally's counts to this one. */

@@ -3,7 +3,7 @@
  * tokens were, how long the Gateway was paused, and what the device spent its time on. The
  * schedules feed these in; `versionMetrics` assembles the line written to the metrics log.
  */
-import { DeviceBusy, type PauseStats, type StalenessStats, VersionMetrics } from "@reins/protocol"
+import { DeviceBusy, VersionMetrics } from "@reins/protocol"
 import type { Batch } from "./batch.js"
 
 export type DeviceState = "generating" | "training" | "idle"
@@ -46,15 +46,8 @@ export class DeviceClock {
   }
 }
 
-export interface VersionInput {
-  readonly version: number
-  /** When the version was published (ms since the epoch). */
-  readonly at: number
-  readonly wallSeconds: number
+export interface VersionInput extends Pick<VersionMetrics, "version" | "at" | "wallSeconds" | "staleness" | "pause" | "device"> {
   readonly batch: Batch
-  readonly staleness: StalenessStats
-  readonly pause: PauseStats
-  readonly device: DeviceBusy
   /** What the update reported; non-finite values are recorded as null (JSON cannot hold them). */
   readonly train?: Readonly<Record<string, number>>
 }

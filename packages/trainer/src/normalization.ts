@@ -62,10 +62,6 @@ export const normalize = (samples: ReadonlyArray<ScoredSegment>, mode: LossNorma
 /** Σ weights of each rollout's tokens (for metrics and tests). */
 export const weightByRollout = (samples: ReadonlyArray<Sample>): Map<string, number> => {
   const out = new Map<string, number>()
-  for (const s of samples) {
-    let sum = 0
-    for (const w of s.weights) sum += w
-    out.set(s.rolloutId, (out.get(s.rolloutId) ?? 0) + sum)
-  }
+  for (const s of samples) out.set(s.rolloutId, (out.get(s.rolloutId) ?? 0) + s.weights.reduce((a, w) => a + w, 0))
   return out
 }

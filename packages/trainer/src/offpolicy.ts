@@ -9,6 +9,7 @@
  * (and dual-clip for negative advantages) then bounds how far one step moves π from π_old.
  */
 import { StalenessStats, type TrainerConfig } from "@reins/protocol"
+import type { Segment } from "./samples/segments.js"
 
 /** What the policy's PG loss needs besides the samples. */
 export interface LossSettings {
@@ -25,10 +26,7 @@ export const lossSettings = (config: TrainerConfig): LossSettings => ({
   tisCap: config.tis_cap
 })
 
-interface Versioned {
-  readonly lossMask: Uint8Array
-  readonly versions: Int32Array
-}
+type Versioned = Pick<Segment, "lossMask" | "versions">
 
 /** Histogram of action-token staleness against `current`, with its max and mean. */
 export const staleness = (samples: ReadonlyArray<Versioned>, current: number): StalenessStats => {

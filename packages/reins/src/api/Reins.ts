@@ -13,7 +13,7 @@
  *
  * Every failure is a typed error (`TrainerError` naming what failed), never an exception.
  */
-import type { GatewayState, LoraSettings, PauseMode, TrainerConfig } from "@reins/protocol"
+import type { GatewayState, PauseMode, TrainerConfig } from "@reins/protocol"
 import { ActorSystem, Node } from "@reins/runtime"
 import { loadTaskSet, makeTaskQueue, type QueuePosition, type TaskRecord } from "@reins/rollout/tasks"
 import {
@@ -33,23 +33,20 @@ import { mkdirSync } from "node:fs"
 import path from "node:path"
 import { evaluate, type EvalResult } from "../run/evaluate.js"
 import type { RunConfig } from "../run/RunConfig.js"
-import { localStack, type LocalStack } from "../wiring/localStack.js"
+import { localStack, type LocalStack, type LocalStackOptions } from "../wiring/localStack.js"
 import { recordEvaluation, recordTrainerEvents } from "../wiring/runEvents.js"
 
-export interface ReinsOptions {
+/**
+ * Besides the run: a second device (`split`, needed by the split schedule), LoRA adapters (the
+ * Trainer config's `lora`) instead of every weight, harnesses in this process too
+ * (`localLauncher`, default true; a joined node may leave them to the cluster), and where the
+ * Gateway listens (see `LocalStackOptions`).
+ */
+export interface ReinsOptions extends Pick<LocalStackOptions, "split" | "lora" | "localLauncher" | "http" | "publicUrl"> {
   /** Model, tasks, harness, concurrency, evaluation and folders (see `RunConfig`). */
   readonly run: RunConfig
   /** Where metrics and checkpoints go; default `<runs_dir>/<time>-<name>`. */
   readonly runDir?: string | undefined
-  /** Start a second device (needed by the split schedule). */
-  readonly split?: boolean | undefined
-  /** Train LoRA adapters (the Trainer config's `lora`) instead of every weight. */
-  readonly lora?: LoraSettings | undefined
-  /** Run harnesses in this process too (default true; a joined node may leave them to the cluster). */
-  readonly localLauncher?: boolean | undefined
-  /** Where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
-  readonly http?: { readonly host: string; readonly port: number } | undefined
-  readonly publicUrl?: string | undefined
 }
 
 export interface ReinsService {
@@ -109,20 +106,16 @@ const trainingTasks = (run: RunConfig, source: Ref.Ref<TaskSource | null>, train
 
 const make = (options: ReinsOptions): Effect.Effect<ReinsService, unknown, Scope.Scope | ActorSystem> =>
   Effect.gen(function*() {
-    const { run } = options
-    const runDir = options.runDir ?? path.join(run.runs_dir, runId(run.name))
+    const { run, runDir: givenDir, ...stackOptions } = options
+    const runDir = givenDir ?? path.join(run.runs_dir, runId(run.name))
     mkdirSync(runDir, { recursive: true })
     const stack = yield* localStack({
+      ...stackOptions,
       modelDir: run.model,
       parsers: { toolParser: run.tool_parser, reasoningParser: run.reasoning_parser },
       dataDir: path.join(run.data_dir, path.basename(runDir)),
       harness: run.harness,
-      concurrency: run.concurrency,
-      split: options.split,
-      lora: options.lora,
-      localLauncher: options.localLauncher,
-      http: options.http,
-      publicUrl: options.publicUrl
+      concurrency: run.concurrency
     })
     const events = yield* PubSub.unbounded<TrainerEvent>()
     // Subscribed before any run starts, so no update is missed; the dashboard reads them from the event log.

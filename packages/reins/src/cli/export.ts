@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import { existsSync, readdirSync } from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+import { failWith } from "./node.js"
 
 class ExportError extends Data.TaggedError("ExportError")<{ readonly message: string }> {}
 
@@ -51,14 +52,7 @@ const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Opti
       if (existsSync(path.join(source, file))) yield* Effect.promise(() => fs.copyFile(path.join(source, file), path.join(args.out, file)))
     }
     yield* Console.log(`wrote ${hf.architecture} (${target.dtype}, policy version ${loaded.config.version}) to ${args.out}`)
-  }).pipe(
-    Effect.catchTags({
-      ExportError: (e) => fail(e.message),
-      CheckpointError: (e) => fail(e.message)
-    })
-  )
-
-const fail = (message: string) => Console.error(`reins export: ${message}`).pipe(Effect.zipRight(Effect.sync(() => (process.exitCode = 1))))
+  }).pipe(failWith("reins export"))
 
 export const exportCommand = Command.make("export", { model, out, mergeLora, dtype }, run).pipe(
   Command.withDescription("Write a model (or a LoRA checkpoint merged into its base) as a Hugging Face directory.")

@@ -63,18 +63,8 @@ export const roleActors: Record<string, Role> = {
 export const DEFAULT_LISTEN = "127.0.0.1:7400"
 export const DEFAULT_DATA = ".reins/node"
 
-export interface NodeArgs {
-  readonly roles: ReadonlyArray<string>
-  readonly listen: string
-  readonly join: ReadonlyArray<string>
-  readonly data: string
-  readonly secretFile: Option.Option<string>
-  readonly downAfter: number
-  readonly maxFrameBytes: number
-  readonly id: Option.Option<string>
-  readonly advertise: Option.Option<string>
-  readonly rolloutOnStop?: Option.Option<RolloutOnStop> | undefined
-}
+/** `reins node`'s options, its roles already parsed. */
+export type NodeArgs = Omit<Command.Command.ParseConfig<typeof nodeOptions>, "roles"> & { readonly roles: ReadonlyArray<string> }
 
 const fail = (detail: string) => Effect.flatMap(loadRuntime, ({ NodeStartError }) => Effect.fail(new NodeStartError({ detail })))
 
@@ -111,7 +101,7 @@ export const runNode = (args: NodeArgs) =>
     const { host, port } = yield* parseListen(args.listen)
     if (!(args.downAfter > 0)) return yield* fail("--down-after must be a positive number of seconds")
     const actors = args.roles.reduce<Layer.Layer<never, unknown, ActorSystem | Node.CurrentNode>>(
-      (layer, role) => Layer.merge(layer, roleActors[role]!.actors({ rolloutOnStop: Option.getOrUndefined(args.rolloutOnStop ?? Option.none()) })),
+      (layer, role) => Layer.merge(layer, roleActors[role]!.actors({ rolloutOnStop: Option.getOrUndefined(args.rolloutOnStop) })),
       Layer.empty
     )
     const config: Node.NodeConfig = {
@@ -191,9 +181,11 @@ const rolloutOnStop = Options.choice("rollout-on-stop", ["delete", "leave"]).pip
   )
 )
 
+const nodeOptions = { roles, listen, join, data, secretFile, downAfter, maxFrameBytes, id, advertise, rolloutOnStop }
+
 export const node = Command.make(
   "node",
-  { roles, listen, join, data, secretFile, downAfter, maxFrameBytes, id, advertise, rolloutOnStop },
+  nodeOptions,
   (args) =>
     Effect.flatMap(parseRoles(args.roles), (list) => runNode({ ...args, roles: list })).pipe(failWith("reins node"))
 ).pipe(Command.withDescription("Run a node of a reins cluster (until SIGINT/SIGTERM)."))

@@ -73,9 +73,7 @@ export const tokenText = (segments: ReadonlyArray<TokenSegment>, color: boolean)
   const out: Array<string> = []
   for (const s of segments) {
     const vs = s.versions.filter((v): v is number => v !== null)
-    const lo = Math.min(...vs)
-    const hi = Math.max(...vs)
-    const span = vs.length === 0 ? "-" : lo === hi ? String(lo) : `${lo}-${hi}`
+    const span = versions(vs.length === 0 ? { min: null, max: null } : { min: Math.min(...vs), max: Math.max(...vs) })
     out.push(paint("1", `── segment ${s.index} (attempt ${s.attempt_id}) start: ${s.start}, ${s.tokens} tokens, ${s.action_tokens} actions, versions ${span}`, color))
     for (const c of s.calls) out.push(`   call #${c.seq}, tokens ${c.start}-${c.end}: ${trainedText(c.trained)}`)
     let line = ""

@@ -8,14 +8,13 @@ import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
 import * as HttpServer from "@effect/platform/HttpServer"
 import type * as GatewayModule from "@reins/gateway"
-import type { ActorSystem } from "@reins/runtime"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import path from "node:path"
-import { type ParserSettings, policyBackend } from "../wiring/policyBackend.js"
+import { type BackendLayer, type ParserSettings, policyBackend } from "../wiring/policyBackend.js"
 import { failWith, parseListen } from "./node.js"
 
 const model = Options.directory("model").pipe(
@@ -62,6 +61,9 @@ const alias = Options.text("model-alias").pipe(
   Options.withDescription("Another model name to accept for the served model (repeatable).")
 )
 
+const serveOptions = { model, http, data, upstream, upstreamKey, upstreamTokenIds, publicUrl, maxHold, alias, toolParser, reasoningParser }
+export type ServeArgs = Command.Command.ParseConfig<typeof serveOptions>
+
 /** The device actor in a worker thread of this process, and the Gateway sampling through it. */
 const servedPolicy = (dir: string | undefined, data: string, parsers: ParserSettings) =>
   Effect.gen(function* () {
@@ -71,22 +73,6 @@ const servedPolicy = (dir: string | undefined, data: string, parsers: ParserSett
     const layer = policyBackend(parsers).pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined })))
     return { description: `policy ${modelDir} in a device worker thread`, layer: layer as BackendLayer }
   })
-
-export interface ServeArgs {
-  readonly model: Option.Option<string>
-  readonly http: string
-  readonly data: string
-  readonly upstream: Option.Option<string>
-  readonly upstreamKey: Option.Option<string>
-  readonly upstreamTokenIds: boolean
-  readonly publicUrl: Option.Option<string>
-  readonly maxHold: number
-  readonly alias: ReadonlyArray<string>
-  readonly toolParser: Option.Option<string>
-  readonly reasoningParser: Option.Option<string>
-}
-
-type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
 
 /** Loaded on use: the other commands need neither the Gateway nor TensorFlow.js at start-up. */
 const loadGateway = Effect.promise(() => import("@reins/gateway"))
@@ -152,6 +138,6 @@ export const runServe = (args: ServeArgs) =>
 
 export const serve = Command.make(
   "serve",
-  { model, http, data, upstream, upstreamKey, upstreamTokenIds, publicUrl, maxHold, alias, toolParser, reasoningParser },
+  serveOptions,
   (args) => runServe(args).pipe(failWith("reins serve"))
 ).pipe(Command.withDescription("Run the Gateway alone (no training): an OpenAI-compatible server that records every call."))

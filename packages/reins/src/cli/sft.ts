@@ -11,6 +11,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as path from "node:path"
+import { failWith } from "./node.js"
 
 // Loaded by `run` before anything uses it, so `reins --help` and the other commands start fast.
 let trainer: typeof import("@reins/trainer")
@@ -36,23 +37,8 @@ const lr = Options.float("lr").pipe(Options.optional, Options.withDescription(`P
 const seed = int("seed", `Seed for initialisation and shuffling (default ${DEFAULTS.seed}).`)
 const skipInvalid = Options.boolean("skip-invalid").pipe(Options.withDescription("Skip bad demo lines (counted) instead of failing on the first."))
 
-type Raw = {
-  readonly demos: string
-  readonly out: string
-  readonly init: Option.Option<string>
-  readonly vocab: Option.Option<number>
-  readonly layers: Option.Option<number>
-  readonly dim: Option.Option<number>
-  readonly heads: Option.Option<number>
-  readonly context: Option.Option<number>
-  readonly template: Option.Option<string>
-  readonly steps: Option.Option<number>
-  readonly epochs: Option.Option<number>
-  readonly batch: Option.Option<number>
-  readonly lr: Option.Option<number>
-  readonly seed: Option.Option<number>
-  readonly skipInvalid: boolean
-}
+const sftOptions = { demos, out, init, vocab, layers, dim, heads, context, template, steps, epochs, batch, lr, seed, skipInvalid }
+type Raw = Command.Command.ParseConfig<typeof sftOptions>
 
 /** Checks the arguments together; every problem is one clear sentence. */
 const settingsOf = (raw: Raw): Effect.Effect<SftSettings, SftError> =>
@@ -108,17 +94,11 @@ const run = (raw: Raw) =>
     )
   }).pipe(
     // A clear one-line message and exit code 1 instead of a stack trace for expected failures.
-    Effect.catchTags({
-      SftError: (e) => report(e.message),
-      DemoError: (e) => report(e.message),
-      CheckpointError: (e) => report(e.message)
-    })
+    failWith("reins sft")
   )
-
-const report = (message: string) => Console.error(`reins sft: ${message}`).pipe(Effect.zipRight(Effect.sync(() => void (process.exitCode = 1))))
 
 export const sft = Command.make(
   "sft",
-  { demos, out, init, vocab, layers, dim, heads, context, template, steps, epochs, batch, lr, seed, skipInvalid },
+  sftOptions,
   run
 ).pipe(Command.withDescription("Train a policy on demonstration transcripts (supervised fine-tuning) and write a model directory."))

@@ -19,6 +19,7 @@ export const start = Command.make("start", {}, () =>
     noEval: false,
     join: [],
     listen: "127.0.0.1:0",
+    advertise: Option.none(),
     nodeData: ".reins/train-node",
     secretFile: Option.none(),
     noLocalRollouts: false,

@@ -12,16 +12,15 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import { DEFAULT_DATA, failWith } from "./node.js"
+import { table } from "./rolloutsFormat.js"
 
 const ago = (at: number | undefined, now: number) => (at === undefined ? "-" : `${Math.max(0, (now - at) / 1000).toFixed(1)}s ago`)
 
-const table = (status: ClusterStatus): string => {
+const statusTable = (status: ClusterStatus): string => {
   const now = Date.now()
-  const rows = [["ID", "STATUS", "ADDRESS", "ROLES", "HEARTBEAT", "ACTORS"]].concat(
+  return table([["ID", "STATUS", "ADDRESS", "ROLES", "HEARTBEAT", "ACTORS"]].concat(
     status.nodes.map((n) => [n.id, n.status, n.address, n.roles.join(",") || "-", ago(n.lastHeartbeat, now), n.actors.join(",") || "-"])
-  )
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
-  return rows.map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n")
+  ))
 }
 
 const join = Options.text("join").pipe(Options.withDescription("ws://HOST:PORT of any member."))
@@ -43,7 +42,7 @@ export const status = Command.make("status", { join, json, secretFile, data, tim
     const result = yield* Cluster.status({ join: args.join, secret }).pipe(
       Effect.timeoutFail({ duration: `${args.timeout} seconds`, onTimeout: () => new Error(`no answer from ${args.join} within ${args.timeout} s`) })
     )
-    yield* Console.log(args.json ? JSON.stringify(result) : table(result))
+    yield* Console.log(args.json ? JSON.stringify(result) : statusTable(result))
   }).pipe(
     failWith("reins status"),
     Logger.withMinimumLogLevel(LogLevel.Error)

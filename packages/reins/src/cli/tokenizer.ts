@@ -9,6 +9,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+import { failWith } from "./node.js"
 
 const corpus = Options.file("corpus").pipe(Options.withDescription("UTF-8 text file to learn merges from."))
 const vocab = Options.integer("vocab").pipe(
@@ -60,9 +61,7 @@ const run = (args: { corpus: string; vocab: number; out: string; minFrequency: n
     yield* Console.log(`wrote ${path.join(args.out, "tokenizer.json")} and ${path.join(args.out, "chat_template.jinja")}`)
   }).pipe(
     // A clear one-line message and exit code 1 instead of a stack trace for expected failures.
-    Effect.catchTag("TokenizerError", "ChatTemplateError", (e) =>
-      Console.error(`reins tokenizer train: ${e.message}`).pipe(Effect.zipRight(Effect.sync(() => (process.exitCode = 1))))
-    )
+    failWith("reins tokenizer train")
   )
 
 const train = Command.make("train", { corpus, vocab, out, minFrequency }, run).pipe(

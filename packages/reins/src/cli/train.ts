@@ -56,18 +56,10 @@ const publicUrl = Options.text("public-url").pipe(
   Options.withDescription("The Gateway's /v1 URL as harnesses should use it (default: from --gateway-http).")
 )
 
-interface NetworkArgs {
-  readonly join: ReadonlyArray<string>
-  readonly listen: string
-  readonly advertise?: Option.Option<string> | undefined
-  readonly nodeData: string
-  readonly secretFile: Option.Option<string>
-  readonly noLocalRollouts: boolean
-  readonly gatewayHttp: string
-  readonly publicUrl: Option.Option<string>
-}
+const trainOptions = { config, resume, maxVersions, noEval, join, listen, advertise, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl }
+export type TrainArgs = Command.Command.ParseConfig<typeof trainOptions>
 
-const clusterOptions = (args: NetworkArgs) =>
+const clusterOptions = (args: TrainArgs) =>
   Effect.gen(function*() {
     const http = yield* parseListen(args.gatewayHttp)
     if (args.join.length === 0) {
@@ -86,7 +78,7 @@ const clusterOptions = (args: NetworkArgs) =>
           roles: ["gateway", "trainer"],
           dataDir: args.nodeData,
           ...(Option.isSome(args.secretFile) ? { secretFile: args.secretFile.value } : {}),
-          ...(args.advertise !== undefined && Option.isSome(args.advertise) ? { advertise: args.advertise.value } : {})
+          ...(Option.isSome(args.advertise) ? { advertise: args.advertise.value } : {})
         },
         localLauncher: !args.noLocalRollouts
       }
@@ -119,13 +111,6 @@ export const progressLine = (
     `${tps} tok/s  staleness ≤${m.staleness.max}  pause ${m.pause.pauseSeconds.toFixed(1)}s  ${m.wallSeconds.toFixed(1)}s${failures}`
 }
 
-export interface TrainArgs extends NetworkArgs {
-  readonly config: string
-  readonly resume: Option.Option<string>
-  readonly maxVersions: Option.Option<number>
-  readonly noEval: boolean
-}
-
 /** Runs `reins train` with parsed arguments (also what `reins start` runs on the calc example). */
 export const runTrain = (args: TrainArgs) =>
   Effect.gen(function*() {
@@ -147,9 +132,7 @@ export const runTrain = (args: TrainArgs) =>
       run,
       trainer,
       resumeDir: Option.getOrUndefined(args.resume),
-      cluster: network.cluster,
-      http: network.http,
-      publicUrl: network.publicUrl,
+      ...network,
       log: (line) => Console.log(line),
       onEvent: (event) => {
         if (event._tag === "Version") updates++
@@ -168,6 +151,6 @@ export const runTrain = (args: TrainArgs) =>
 
 export const trainCommand = Command.make(
   "train",
-  { config, resume, maxVersions, noEval, join, listen, advertise, nodeData, secretFile, noLocalRollouts, gatewayHttp, publicUrl },
+  trainOptions,
   (args) => runTrain(args).pipe(failWith("reins train"))
 ).pipe(Command.withDescription("Train an agent through its harness on this machine, or as the gateway+trainer node of a cluster (--join)."))

@@ -7,7 +7,7 @@
  * folders (`runs_dir`, `data_dir`) against the current directory.
  */
 import { REASONING_PARSERS, TOOL_PARSERS } from "@reins/policy/text"
-import { HarnessSpec } from "@reins/protocol"
+import { HarnessSpec, type TrainerConfig } from "@reins/protocol"
 import { decodeTrainerConfig, type TrainerConfigError } from "@reins/trainer"
 import { Data, Effect, Either, ParseResult, Schema } from "effect"
 import { existsSync, readFileSync } from "node:fs"
@@ -96,9 +96,7 @@ const resolvePaths = (config: RunConfig, base: string): RunConfig =>
   })
 
 /** Reads, validates and resolves a run config; the Trainer section is decoded too (errors name the key). */
-export const loadRunConfig = (
-  file: string
-): Effect.Effect<{ readonly run: RunConfig; readonly trainer: Effect.Effect.Success<ReturnType<typeof decodeTrainerConfig>> }, RunConfigError | TrainerConfigError> =>
+export const loadRunConfig = (file: string): Effect.Effect<{ readonly run: RunConfig; readonly trainer: TrainerConfig }, RunConfigError | TrainerConfigError> =>
   Effect.gen(function*() {
     const absolute = path.resolve(file)
     if (!existsSync(absolute)) return yield* new RunConfigError({ message: `config file not found: ${file}` })

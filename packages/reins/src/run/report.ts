@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs"
 import path from "node:path"
 import type { RunSummaryFile } from "./train.js"
 
-const pct = (x: number | null | undefined) => (x === null || x === undefined ? "n/a" : `${(100 * x).toFixed(1)}%`)
+export const pct = (x: number | null | undefined) => (x === null || x === undefined ? "n/a" : `${(100 * x).toFixed(1)}%`)
 
 interface Series {
   readonly name: string

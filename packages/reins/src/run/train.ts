@@ -21,10 +21,11 @@ import path from "node:path"
 import * as Reins from "../api/Reins.js"
 import type { LocalStack } from "../wiring/localStack.js"
 import type { EvalResult } from "./evaluate.js"
-import { writeRunReport } from "./report.js"
+import { pct, writeRunReport } from "./report.js"
 import type { RunConfig } from "./RunConfig.js"
 
-export interface TrainOptions {
+/** `http` and `publicUrl`: where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
+export interface TrainOptions extends Pick<Reins.ReinsOptions, "http" | "publicUrl"> {
   readonly run: RunConfig
   readonly trainer: TrainerConfig
   /** Continue this run folder from its newest checkpoint. */
@@ -34,9 +35,6 @@ export interface TrainOptions {
   readonly log?: (line: string) => Effect.Effect<void>
   /** Join a cluster as its gateway+trainer node instead of running alone. */
   readonly cluster?: { readonly node: Node.NodeConfig; readonly localLauncher: boolean } | undefined
-  /** Where the Gateway listens (default 127.0.0.1:0) and the `/v1` URL harnesses are given. */
-  readonly http?: { readonly host: string; readonly port: number } | undefined
-  readonly publicUrl?: string | undefined
 }
 
 export interface RunSummaryFile {
@@ -58,8 +56,6 @@ export interface RunSummaryFile {
 }
 
 const writeJson = (file: string, value: unknown) => writeFileSync(file, `${JSON.stringify(value, null, 2)}\n`)
-
-const fmt = (x: number | null) => (x === null ? "n/a" : `${(100 * x).toFixed(1)}%`)
 
 /** The base policy's evaluation, computed once per run folder (a resumed run keeps it). */
 const baseEvaluation = (reins: Reins.ReinsService, options: TrainOptions) =>
@@ -92,13 +88,13 @@ const runWith = (options: TrainOptions) =>
     }
 
     const base = yield* baseEvaluation(reins, options)
-    if (base !== null) yield* log(`base policy: pass@1 ${fmt(base.passAt1)}, greedy ${fmt(base.greedyPassAt1)} on ${base.tasks} test tasks`)
+    if (base !== null) yield* log(`base policy: pass@1 ${pct(base.passAt1)}, greedy ${pct(base.greedyPassAt1)} on ${base.tasks} test tasks`)
     if (options.onEvent !== undefined) yield* Effect.forkScoped(Stream.runForEach(reins.events, options.onEvent))
     const trainStarted = performance.now()
     const summary = yield* reins.train(trainer, { resume: resume?.cursor })
     const trainWall = (performance.now() - trainStarted) / 1000
     const final = run.eval.enabled ? yield* reins.evaluate(trainer.pass_threshold) : null
-    if (final !== null) yield* log(`final policy: pass@1 ${fmt(final.passAt1)}, greedy ${fmt(final.greedyPassAt1)}`)
+    if (final !== null) yield* log(`final policy: pass@1 ${pct(final.passAt1)}, greedy ${pct(final.greedyPassAt1)}`)
 
     const file: RunSummaryFile = {
       run_id: path.basename(reins.runDir),

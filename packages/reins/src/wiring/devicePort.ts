@@ -23,8 +23,7 @@ export const devicePort = (actor?: DeviceActor): Effect.Effect<DevicePort, never
       restore: (dir, version) =>
         Effect.asVoid(device.restore(new RestoreRequest({ dir, version }))).pipe(Effect.mapError(trainerError("restore checkpoint")))
     }
-    const internal: InternalPort = { ...port, setWeights: device.setWeights }
-    return internal
+    return { ...port, setWeights: device.setWeights } satisfies InternalPort
   })
 
 /** The weight swap needs the target's raw client; ports made here carry it. */

@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 
-type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
+export type BackendLayer = Layer.Layer<GatewayModule.Gateway.GatewayBackend, unknown, ActorSystem>
 
 /** Output parsers of a Hugging Face template, by vLLM's names (absent or "auto": detected from the template). */
 export interface ParserSettings {

@@ -17,6 +17,7 @@
  */
 import { breakReason, extendsCall, type LlmCall, type SegmentMode, type SegmentStart } from "@reins/protocol"
 import type { DropTally } from "../drops.js"
+import type { RolloutTrace } from "./trace.js"
 
 /** The response tokens of one call inside a segment: `tokens[start, end)`. */
 export interface CallSpan {
@@ -27,11 +28,11 @@ export interface CallSpan {
   readonly end: number
 }
 
+/** The rollout, task group and attempt a segment belongs to. */
+type Ids = Pick<RolloutTrace, "rolloutId" | "groupId" | "attemptId">
+
 /** One training row before advantages and weights. */
-export interface Segment {
-  readonly rolloutId: string
-  readonly groupId: string
-  readonly attemptId: string
+export interface Segment extends Ids {
   /** 0, 1, ... within the rollout, in the order the segments started. */
   readonly index: number
   readonly start: SegmentStart
@@ -52,10 +53,7 @@ export interface SegmentOptions {
   readonly maxTokens: number
 }
 
-export interface SegmentContext {
-  readonly rolloutId: string
-  readonly groupId: string
-  readonly attemptId: string
+export interface SegmentContext extends Ids {
   readonly turns: ReadonlyMap<string, number>
 }
 

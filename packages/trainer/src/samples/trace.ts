@@ -37,8 +37,7 @@ export const traceOf = (record: RolloutRecord, reward?: number | null): RolloutT
   const latest = record.attempts.reduce<Attempt | undefined>((a, b) => (a === undefined || b.index > a.index ? b : a), undefined)
   const attemptId = latest?.id ?? ""
   const calls = record.calls.filter((c) => c.attemptId === attemptId)
-  let supersededTokens = 0
-  for (const c of record.calls) if (c.attemptId !== attemptId) supersededTokens += c.outputIds.length
+  const superseded = record.calls.filter((c) => c.attemptId !== attemptId)
   const rewards = record.rewards.filter((r) => r.attemptId === attemptId)
   return {
     rolloutId: record.rollout.id,
@@ -47,7 +46,7 @@ export const traceOf = (record: RolloutRecord, reward?: number | null): RolloutT
     calls,
     rewards,
     reward: reward === undefined ? finalReward(rewards) : reward,
-    superseded: { calls: record.calls.length - calls.length, actionTokens: supersededTokens }
+    superseded: { calls: superseded.length, actionTokens: superseded.reduce((n, c) => n + c.outputIds.length, 0) }
   }
 }
 

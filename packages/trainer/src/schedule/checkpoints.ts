@@ -10,12 +10,12 @@
  * trained), then the task order continues; rollouts trained in versions after the checkpoint
  * were lost with those versions, so nothing is counted twice.
  */
-import { Task, VersionMetrics } from "@reins/protocol"
+import { VersionMetrics } from "@reins/protocol"
 import { Effect, Schema } from "effect"
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
 import path from "node:path"
 import { readJsonl } from "../jsonl.js"
-import { TrainerError } from "./ports.js"
+import { TaskItem, TrainerError } from "./ports.js"
 
 export class Cursor extends Schema.Class<Cursor>("Cursor")({
   version: Schema.Int,
@@ -26,29 +26,31 @@ export class Cursor extends Schema.Class<Cursor>("Cursor")({
   /** The task source's position (see `TaskSource.position`). */
   tasks: Schema.Unknown,
   /** Tasks handed out but not trained at checkpoint time, in the order they were handed out. */
-  pending: Schema.Array(Schema.Struct({ task: Task, extra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })),
+  pending: Schema.Array(TaskItem),
   /** Wall seconds of the run up to the checkpoint. */
   wallSeconds: Schema.Number
 }) {}
 
 const fail = (operation: string) => (e: unknown) => new TrainerError({ operation, message: e instanceof Error ? e.message : String(e) })
 
-const dirName = (version: number) => `v${String(version).padStart(6, "0")}`
-
 /** Where the model directory of `version` lives under a run's checkpoint folder. */
-export const checkpointDir = (root: string, version: number) => path.join(root, dirName(version))
+export const checkpointDir = (root: string, version: number) => path.join(root, `v${String(version).padStart(6, "0")}`)
 
 const cursorFile = (root: string, version: number) => `${checkpointDir(root, version)}.cursor.json`
+
+/** Writes `text` to a temporary sibling of `file`, then renames it into place. */
+const writeAtomically = (file: string, text: string) => {
+  const temp = `${file}.tmp`
+  writeFileSync(temp, text)
+  renameSync(temp, file)
+}
 
 /** Writes the cursor of a checkpoint whose model directory is already complete. */
 export const writeCursor = (root: string, cursor: Cursor): Effect.Effect<void, TrainerError> =>
   Effect.try({
     try: () => {
       mkdirSync(root, { recursive: true })
-      const file = cursorFile(root, cursor.version)
-      const temp = `${file}.tmp`
-      writeFileSync(temp, JSON.stringify(Schema.encodeSync(Cursor)(cursor), null, 2))
-      renameSync(temp, file)
+      writeAtomically(cursorFile(root, cursor.version), JSON.stringify(Schema.encodeSync(Cursor)(cursor), null, 2))
     },
     catch: fail("write checkpoint cursor")
   })
@@ -85,11 +87,7 @@ export const truncateMetrics = (file: string, version: number): Effect.Effect<vo
     if (kept.length === rows.length) return
     const encode = Schema.encodeSync(VersionMetrics)
     yield* Effect.try({
-      try: () => {
-        const temp = `${file}.tmp`
-        writeFileSync(temp, kept.map((r) => `${JSON.stringify(encode(r))}\n`).join(""))
-        renameSync(temp, file)
-      },
+      try: () => writeAtomically(file, kept.map((r) => `${JSON.stringify(encode(r))}\n`).join("")),
       catch: fail("truncate metrics")
     })
   })

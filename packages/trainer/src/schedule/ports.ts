@@ -3,8 +3,8 @@
  * imports the Gateway or the Rollout Controller (they meet through @reins/protocol messages; the
  * `reins` package wires these ports to the real actors and services).
  */
-import type { DeviceInfo, GatewayState, PauseMode, RolloutEnded, SubmittedGroup, Task, TrainedCall, TrainRequest, TrainResult } from "@reins/protocol"
-import { Data, type Effect, type Option } from "effect"
+import { type DeviceInfo, type GatewayState, type PauseMode, type RolloutEnded, type SubmittedGroup, Task, type TrainedCall, type TrainRequest, type TrainResult } from "@reins/protocol"
+import { Data, type Effect, type Option, Schema } from "effect"
 import type { RolloutRecord } from "../samples/trace.js"
 
 /** Something a schedule depends on failed (the device, the controller, the store, the Gateway). */
@@ -21,10 +21,8 @@ export const trainerError = (operation: string) => (e: unknown) =>
   })
 
 /** A task and the other fields of its task-set line (a reference answer, ...: the verifier sees them). */
-export interface TaskItem {
-  readonly task: Task
-  readonly extra?: Readonly<Record<string, unknown>> | undefined
-}
+export const TaskItem = Schema.Struct({ task: Task, extra: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })
+export type TaskItem = typeof TaskItem.Type
 
 /** The next tasks to train on (a seeded, resumable order; see the rollout package's task queue). */
 export interface TaskSource {

@@ -19,7 +19,7 @@ import { type TrainerConfig, TrainerStatus, VersionMetrics } from "@reins/protoc
 import { Effect, FiberSet, Option, PubSub, Queue, Ref, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import path from "node:path"
-import { type JsonlWriter, openJsonl } from "../jsonl.js"
+import { openJsonl } from "../jsonl.js"
 import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
 import { type FailureSummary, InfraStreak, summarizeFailures } from "./failures.js"
 import { type DeviceClockReading, type RolloutEnded, type TaskItem, TrainerError, trainerError, type TrainerPorts } from "./ports.js"
@@ -92,9 +92,7 @@ class RunState {
   }
 
   get unfinished(): number {
-    let n = 0
-    for (const g of this.groups.values()) if (g.ended === null) n++
-    return n
+    return [...this.groups.values()].filter((g) => g.ended === null).length
   }
 
   views(): ReadonlyArray<GroupState> {
@@ -174,7 +172,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         const ended = groupIds.flatMap((id) => state.groups.get(id)!.ended ?? [])
         const failures = summarizeFailures(ended)
         yield* checkServing(yield* readClocks(ports), state.version)
-        const result = yield* runUpdate(ports, { schedule: config.schedule, config, contextLength: info.contextLength, version: state.version, ended })
+        const result = yield* runUpdate(ports, { config, contextLength: info.contextLength, version: state.version, ended })
         state.gate.consume(groupIds)
         for (const id of groupIds) state.groups.delete(id)
         if (result.outcome === null) {
@@ -193,7 +191,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         clock = nextClock
         lastAt = now
         const line = updateMetrics({ ...result, outcome: result.outcome }, Date.now(), wall, busy)
-        yield* appendMetrics(metrics, line)
+        yield* metrics.append(line).pipe(Effect.mapError(trainerError("write metrics")))
         yield* publish(options, { _tag: "Version", metrics: line, rolloutIds, failures })
         if (config.checkpoint_every > 0 && state.versions % config.checkpoint_every === 0) yield* checkpoint()
       })
@@ -284,9 +282,6 @@ const checkServing = (
       "so training on would continue from the wrong policy. The run stops; continue it from its newest checkpoint with --resume"
   }))
 }
-
-const appendMetrics = (writer: JsonlWriter<VersionMetrics>, line: VersionMetrics) =>
-  writer.append(line).pipe(Effect.mapError(trainerError("write metrics")))
 
 const publish = (options: RunOptions, event: TrainerEvent) =>
   options.events === undefined ? Effect.void : Effect.asVoid(PubSub.publish(options.events, event))

@@ -11,7 +11,6 @@
 import {
   DeviceBusy,
   PauseStats,
-  type ScheduleKind,
   type StalenessStats,
   type TrainerConfig,
   TrainRequest,
@@ -51,7 +50,6 @@ const trainRequest = (steps: ReadonlyArray<ReadonlyArray<Sample>>, settings: Tra
   })
 
 export interface UpdateInput {
-  readonly schedule: ScheduleKind
   readonly config: TrainerConfig
   readonly contextLength: number
   /** The version being trained (the policy the update starts from). */
@@ -114,7 +112,7 @@ export const runUpdate = (ports: TrainerPorts, input: UpdateInput): Effect.Effec
     // What each call's tokens received, recorded once the version they went into exists.
     const recordTrained = (outcome: TrainResult) => ports.records.recordTrained(trainedCalls(steps.flat(), outcome.version))
     const train = ports.training.train(trainRequest(steps, trainSettings(input.config, input.contextLength)))
-    if (input.schedule === "split") {
+    if (input.config.schedule === "split") {
       const outcome = yield* train
       yield* ports.training.sendWeightsTo(ports.generation)
       // No resume tells the Gateway of the new version here: it would go on naming the old one

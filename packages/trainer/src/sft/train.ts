@@ -134,14 +134,9 @@ const trainingData = (s: SftSettings, demoLines: ReadonlyArray<DemoLine>, start:
     const count = built.sequences.length
     if (count === 0) return yield* new SftError({ message: `nothing to train on: ${unrenderable?.message ?? `no demo fits the context of ${context} tokens`}` })
     const plan = planSteps({ count, batchSize: s.batch, steps: s.steps, epochs: s.epochs, seed: s.seed + 1 })
-    let tokens = 0
-    let longest = 0
-    let trained = 0
-    for (const q of built.sequences) {
-      tokens += q.tokens.length
-      longest = Math.max(longest, q.tokens.length)
-      trained += q.assistantTokens
-    }
+    const tokens = built.sequences.reduce((n, q) => n + q.tokens.length, 0)
+    const longest = built.sequences.reduce((m, q) => Math.max(m, q.tokens.length), 0)
+    const trained = built.sequences.reduce((n, q) => n + q.assistantTokens, 0)
     yield* Console.error(
       `${count} sequences, ${tokens} tokens (mean ${(tokens / count).toFixed(1)}, max ${longest}), ${trained} trained; ${plan.length} steps of ${s.batch} (${((plan.length * s.batch) / count).toFixed(2)} epochs)`
     )
