@@ -5,8 +5,7 @@
  */
 import { AttemptResult, type AttemptOutcome, type VerifierError, type VerifierReward } from "@reins/protocol"
 import { Effect, type Scope } from "effect"
-import type { AttemptHandle, AttemptSpec, Launcher } from "./launcher/Launcher.js"
-import { outcomeOfLaunchError } from "./launcher/Launcher.js"
+import { type AttemptHandle, type AttemptSpec, type Launcher, outcomeOfLaunchError } from "./launcher/Launcher.js"
 import { runVerifier } from "./verifier.js"
 
 export interface RunAttemptOptions {
@@ -49,10 +48,8 @@ export const runAttempt = (
 ): Effect.Effect<AttemptResult, never, Scope.Scope> =>
   Effect.gen(function*() {
     const startedAt = Date.now()
-    const result = (outcome: AttemptOutcome, verifier: VerifierReward | VerifierError | null) =>
-      new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
     const launched = yield* Effect.either(launcher.launch(spec))
-    if (launched._tag === "Left") return result(outcomeOfLaunchError(launched.left), null)
+    if (launched._tag === "Left") return resultOf(spec, outcomeOfLaunchError(launched.left), null, startedAt)
     return yield* followAttempt(launcher.kind, spec, launched.right, options, startedAt)
   })
 
@@ -71,5 +68,8 @@ export const followAttempt = (
     if (options.onStarted !== undefined) yield* options.onStarted(handle)
     const outcome = yield* handle.outcome
     const verifier = yield* verifyOutcome(spec, handle, outcome, { kind, baseEnv: options.baseEnv })
-    return new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
+    return resultOf(spec, outcome, verifier, startedAt)
   })
+
+const resultOf = (spec: AttemptSpec, outcome: AttemptOutcome, verifier: VerifierReward | VerifierError | null, startedAt: number) =>
+  new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })

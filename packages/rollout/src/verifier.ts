@@ -17,10 +17,9 @@
  */
 import { AttemptLogs, type AttemptFailed, type AttemptSucceeded, type LogCapture, type Task, VerifierError, VerifierReward, type VerifierSpec } from "@reins/protocol"
 import { Effect, Either } from "effect"
-import { open } from "node:fs/promises"
 import type { AttemptIdentity } from "./harness/env.js"
-import type { AttemptFiles } from "./harness/files.js"
-import { taskRecordJson } from "./harness/files.js"
+import { type AttemptFiles, taskRecordJson } from "./harness/files.js"
+import { readFileTail } from "./harness/logTails.js"
 import { spawnGroup } from "./process/processGroup.js"
 
 export interface VerifierInput {
@@ -39,22 +38,8 @@ export interface VerifierInput {
 const TAIL_BYTES = 1024
 
 /** The last `bytes` of a file as text ("" when it cannot be read). */
-export const readTail = async (path: string, bytes: number): Promise<string> => {
-  try {
-    const fh = await open(path, "r")
-    try {
-      const { size } = await fh.stat()
-      const length = Math.min(size, bytes)
-      const buf = Buffer.alloc(length)
-      await fh.read(buf, 0, length, size - length)
-      return buf.toString("utf8")
-    } finally {
-      await fh.close()
-    }
-  } catch {
-    return ""
-  }
-}
+const readTail = (path: string, bytes: number): Effect.Effect<string> =>
+  Effect.try(() => readFileTail(path, bytes)?.text ?? "").pipe(Effect.orElseSucceed(() => ""))
 
 /** The reward in a verifier's last line, or why there is none. */
 export const parseRewardLine = (line: string): Either.Either<{ value: number; details: unknown }, string> => {
@@ -122,9 +107,8 @@ export const runVerifier = (input: VerifierInput): Effect.Effect<VerifierReward,
         )
       )
       const exit = yield* group.exit
-      const [stdoutTail, stderrTail] = yield* Effect.promise(() =>
-        Promise.all([readTail(input.files.verifierStdout, TAIL_BYTES), readTail(input.files.verifierStderr, TAIL_BYTES)])
-      )
+      const stdoutTail = yield* readTail(input.files.verifierStdout, TAIL_BYTES)
+      const stderrTail = yield* readTail(input.files.verifierStderr, TAIL_BYTES)
       const logs = new AttemptLogs({ stdout: exit.stdout, stderr: exit.stderr })
       const fail = (reason: VerifierError["reason"], message: string) =>
         new VerifierError({ reason, message, exitCode: exit.exitCode, signal: exit.signal, stdoutTail, stderrTail, logs })
@@ -146,4 +130,4 @@ export const runVerifier = (input: VerifierInput): Effect.Effect<VerifierReward,
 
 /** The text whose last line is the reward: a longer tail when the last line could exceed the short one. */
 const lastLineSource = (stdout: LogCapture, shortTail: string) =>
-  stdout.bytes <= TAIL_BYTES ? Effect.succeed(shortTail) : Effect.promise(() => readTail(stdout.path, 64 * 1024))
+  stdout.bytes <= TAIL_BYTES ? Effect.succeed(shortTail) : readTail(stdout.path, 64 * 1024)

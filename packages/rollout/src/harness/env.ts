@@ -10,21 +10,16 @@
  * attempt variables always win: a spec that sets `OPENAI_API_KEY` would otherwise send calls to
  * the wrong rollout.
  */
-import type { HarnessSpec, Task } from "@reins/protocol"
+import type { AttemptEndpointsSchema, HarnessSpec, LaunchSpec, Task } from "@reins/protocol"
 
-/** Where the harness reaches the Gateway. `openaiBaseUrl` is the agent-facing `/v1` URL (it may differ from the admin URL). */
-export interface AttemptEndpoints {
-  readonly openaiBaseUrl: string
-  /** Default: `<openaiBaseUrl>/reward`. */
-  readonly rewardUrl?: string
-}
+/**
+ * Where the harness reaches the Gateway. `openaiBaseUrl` is the agent-facing `/v1` URL (it may
+ * differ from the admin URL); `rewardUrl` defaults to `<openaiBaseUrl>/reward`.
+ */
+export type AttemptEndpoints = typeof AttemptEndpointsSchema.Type
 
-export interface AttemptIdentity {
-  readonly rolloutId: string
-  readonly attemptId: string
-  /** The Gateway's key for this attempt: calls made with it are recorded against it. */
-  readonly attemptKey: string
-}
+/** The attempt's ids and the Gateway's key for it: calls made with the key are recorded against it. */
+export type AttemptIdentity = Pick<LaunchSpec, "rolloutId" | "attemptId" | "attemptKey">
 
 /** The Anthropic SDK's base URL for the Gateway: the `/v1` URL without its `/v1`. */
 export const anthropicBaseUrlOf = (endpoints: AttemptEndpoints): string => endpoints.openaiBaseUrl.replace(/\/+$/, "").replace(/\/v1$/, "")
