@@ -16,7 +16,7 @@
  * non-zero exit, no output — is a `VerifierError` carrying the output tails: recorded, never a crash.
  */
 import { AttemptLogs, type AttemptFailed, type AttemptSucceeded, type LogCapture, type Task, VerifierError, VerifierReward, type VerifierSpec } from "@reins/protocol"
-import { Effect, Either } from "effect"
+import { Effect, Either, Option } from "effect"
 import type { AttemptIdentity } from "./harness/env.js"
 import { type AttemptFiles, taskRecordJson } from "./harness/files.js"
 import { readFileTail } from "./harness/logTails.js"
@@ -41,16 +41,15 @@ const TAIL_BYTES = 1024
 const readTail = (path: string, bytes: number): Effect.Effect<string> =>
   Effect.try(() => readFileTail(path, bytes)?.text ?? "").pipe(Effect.orElseSucceed(() => ""))
 
+const parseJson = Option.liftThrowable((text: string): unknown => JSON.parse(text))
+
 /** The reward in a verifier's last line, or why there is none. */
 export const parseRewardLine = (line: string): Either.Either<{ value: number; details: unknown }, string> => {
   const shown = line.length > 200 ? `${line.slice(0, 200)}…` : line
   const expected = `expected a number or {"reward": number} as the last stdout line, got ${JSON.stringify(shown)}`
-  let json: unknown
-  try {
-    json = JSON.parse(line)
-  } catch {
-    return Either.left(expected)
-  }
+  const parsed = parseJson(line)
+  if (Option.isNone(parsed)) return Either.left(expected)
+  const json = parsed.value
   if (typeof json === "number") return Either.right({ value: json, details: null })
   if (typeof json === "object" && json !== null && !Array.isArray(json)) {
     const reward = (json as Record<string, unknown>).reward

@@ -114,13 +114,8 @@ export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>):
         { discard: true }
       )
 
-    const freest = (accept: (slot: LauncherSlot) => boolean) => {
-      let best: LauncherSlot | null = null
-      for (const slot of slots.values()) {
-        if (accept(slot) && (best === null || freePlaces(slot) > freePlaces(best))) best = slot
-      }
-      return best
-    }
+    const freest = (accept: (slot: LauncherSlot) => boolean) =>
+      [...slots.values()].filter(accept).reduce<LauncherSlot | null>((best, slot) => (best === null || freePlaces(slot) > freePlaces(best) ? slot : best), null)
 
     return {
       refresh,

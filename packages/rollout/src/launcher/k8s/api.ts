@@ -33,7 +33,7 @@ export const isRetryableStatus = (e: KubeRequestError) => e.status === null || e
 
 const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
   if (e instanceof ApiException) {
-    const body = (typeof e.body === "string" ? safeJson(e.body) : e.body) as { reason?: string; message?: string } | undefined
+    const body = (typeof e.body === "string" ? Option.getOrUndefined(parseJson(e.body)) : e.body) as { reason?: string; message?: string } | undefined
     const retryAfter = Number(e.headers?.["retry-after"])
     return new KubeRequestError({
       operation,
@@ -46,18 +46,17 @@ const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
   return new KubeRequestError({ operation, status: null, reason: null, message: `${operation}: ${(e as Error)?.message ?? String(e)}`, retryAfterMs: null })
 }
 
-const safeJson = (s: string): unknown => {
-  try {
-    return JSON.parse(s)
-  } catch {
-    return undefined
-  }
-}
+const parseJson = Option.liftThrowable((s: string): unknown => JSON.parse(s))
 
 export interface ListResult<A> {
   readonly items: ReadonlyArray<A>
   readonly resourceVersion: string | undefined
 }
+
+const listResult = <A>(l: { readonly items: Array<A>; readonly metadata?: { readonly resourceVersion?: string } }): ListResult<A> => ({
+  items: l.items,
+  resourceVersion: l.metadata?.resourceVersion
+})
 
 export interface KubeApi {
   readonly createJob: (namespace: string, job: V1Job) => Effect.Effect<V1Job, KubeRequestError>
@@ -106,13 +105,9 @@ export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry): 
         Effect.catchIf((e) => e.status === 404, () => Effect.void)
       ),
     listJobs: (namespace, labelSelector) =>
-      call(`list Jobs in ${namespace}`, () => batch.listNamespacedJob({ namespace, labelSelector })).pipe(
-        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
-      ),
+      call(`list Jobs in ${namespace}`, () => batch.listNamespacedJob({ namespace, labelSelector })).pipe(Effect.map(listResult)),
     listPods: (namespace, labelSelector) =>
-      call(`list pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector })).pipe(
-        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
-      ),
+      call(`list pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector })).pipe(Effect.map(listResult)),
     readPodLog: (namespace, name, container, limitBytes) =>
       call(`read log of pod ${name}`, () => core.readNamespacedPodLog({ namespace, name, container, limitBytes })),
     patchJobOwner: (namespace, name, label, from, to) => {

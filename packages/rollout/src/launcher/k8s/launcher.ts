@@ -130,7 +130,6 @@ export const makeKubernetesLauncher = (
       tracker,
       dataDir: options.dataDir,
       owner,
-      ownerLabel,
       namespaces: options.namespaces ?? ["default"],
       handles,
       watchNamespace,
