@@ -17,7 +17,7 @@
  */
 import { AttemptLogs, type AttemptFailed, type AttemptSucceeded, type LogCapture, type Task, VerifierError, VerifierReward, type VerifierSpec } from "@reins/protocol"
 import { Effect, Either, Option } from "effect"
-import type { AttemptIdentity } from "./harness/env.js"
+import { type AttemptIdentity, envWithout } from "./harness/env.js"
 import { type AttemptFiles, taskRecordJson } from "./harness/files.js"
 import { readFileTail } from "./harness/logTails.js"
 import { spawnGroup } from "./process/processGroup.js"
@@ -63,12 +63,8 @@ const lastLine = (text: string): string | undefined =>
   text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "").at(-1)
 
 const verifierEnv = (input: VerifierInput): Record<string, string> => {
-  const env: Record<string, string> = {}
-  for (const [k, v] of Object.entries(input.baseEnv ?? process.env)) {
-    if (v !== undefined && !/^(OPENAI|REINS)_/.test(k)) env[k] = v
-  }
   const o = input.outcome
-  return Object.assign(env, input.verifier.env, {
+  return Object.assign(envWithout(input.baseEnv ?? process.env, /^(OPENAI|REINS)_/), input.verifier.env, {
     REINS_TASK: taskRecordJson(input.task, input.taskExtra),
     REINS_TASK_FILE: input.files.taskRecordFile,
     REINS_TASK_ID: input.task.id,

@@ -60,13 +60,12 @@ export const attemptEnv = (p: {
   /** The node's environment; default `process.env`. */
   readonly base?: Readonly<Record<string, string | undefined>>
 }): Record<string, string> => {
-  const env: Record<string, string> = {}
-  if (p.spec.inherit_env) {
-    // The node's own OPENAI_*/ANTHROPIC_*/REINS_* settings (a developer's real key, org or
-    // project) must not leak into an attempt: they would change where or as whom the harness calls.
-    for (const [k, v] of Object.entries(p.base ?? process.env)) {
-      if (v !== undefined && !/^(OPENAI|ANTHROPIC|REINS)_/.test(k)) env[k] = v
-    }
-  }
+  // The node's own OPENAI_*/ANTHROPIC_*/REINS_* settings (a developer's real key, org or
+  // project) must not leak into an attempt: they would change where or as whom the harness calls.
+  const env = p.spec.inherit_env ? envWithout(p.base ?? process.env, /^(OPENAI|ANTHROPIC|REINS)_/) : {}
   return Object.assign(env, p.spec.env, attemptVariables(p))
 }
+
+/** The set variables of `base` whose names do not match `excluded`. */
+export const envWithout = (base: Readonly<Record<string, string | undefined>>, excluded: RegExp): Record<string, string> =>
+  Object.fromEntries(Object.entries(base).filter((e): e is [string, string] => e[1] !== undefined && !excluded.test(e[0])))
