@@ -14,28 +14,6 @@ export interface RunAttemptOptions {
   readonly baseEnv?: Readonly<Record<string, string | undefined>>
 }
 
-/** Runs the spec's verifier for harnesses that ran to an end; null when none applies. */
-export const verifyOutcome = (
-  spec: AttemptSpec,
-  handle: Pick<AttemptHandle, "files">,
-  outcome: AttemptOutcome,
-  options: { readonly kind: Launcher["kind"]; readonly baseEnv?: Readonly<Record<string, string | undefined>> | undefined }
-): Effect.Effect<VerifierReward | VerifierError | null> => {
-  const verifier = spec.harness.verifier
-  if (verifier === undefined || (outcome._tag !== "Succeeded" && outcome._tag !== "Failed")) return Effect.succeed(null)
-  return runVerifier({
-    verifier,
-    identity: spec,
-    task: spec.task,
-    taskExtra: spec.taskExtra,
-    files: handle.files,
-    outcome,
-    // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
-    defaultCwd: options.kind === "local" ? spec.harness.cwd : undefined,
-    baseEnv: options.baseEnv
-  }).pipe(Effect.merge)
-}
-
 /**
  * Launches the attempt on `launcher`, awaits it and runs the verifier. Interrupting the fiber
  * (or closing the surrounding scope) stops the attempt; `handle.cancel` from `onStarted` gives a
@@ -67,7 +45,21 @@ export const followAttempt = (
   Effect.gen(function*() {
     if (options.onStarted !== undefined) yield* options.onStarted(handle)
     const outcome = yield* handle.outcome
-    const verifier = yield* verifyOutcome(spec, handle, outcome, { kind, baseEnv: options.baseEnv })
+    const verifierSpec = spec.harness.verifier
+    // The verifier only runs for harnesses that ran to an end.
+    const verifier = verifierSpec === undefined || (outcome._tag !== "Succeeded" && outcome._tag !== "Failed")
+      ? null
+      : yield* runVerifier({
+        verifier: verifierSpec,
+        identity: spec,
+        task: spec.task,
+        taskExtra: spec.taskExtra,
+        files: handle.files,
+        outcome,
+        // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
+        defaultCwd: kind === "local" ? spec.harness.cwd : undefined,
+        baseEnv: options.baseEnv
+      }).pipe(Effect.merge)
     return resultOf(spec, outcome, verifier, startedAt)
   })
 
