@@ -53,13 +53,6 @@ export interface GroupExit {
   readonly stderr: LogCapture
 }
 
-export interface ProcessGroup {
-  /** Waits for the group to be gone and the logs closed. */
-  readonly exit: Effect.Effect<GroupExit>
-  /** SIGTERM, grace, SIGKILL; then waits like `exit`. A no-op on a group that already ended. */
-  readonly stop: (reason: string) => Effect.Effect<GroupExit>
-}
-
 const poll = Duration.millis(20)
 
 /** Waits until `cond` holds, checking every 20 ms, at most `ms`; true if it held. */
@@ -98,7 +91,9 @@ const spawnErrorMessage = (command: string, e: NodeJS.ErrnoException) =>
 export const spawnGroup = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError, Scope.Scope> =>
   Effect.zipRight(checkCwd(spec), Effect.acquireRelease(start(spec), (g) => g.stop("scope closed")))
 
-const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
+export type ProcessGroup = Effect.Effect.Success<ReturnType<typeof start>>
+
+const start = (spec: GroupSpec) =>
   Effect.gen(function*() {
     const [file, ...args] = spec.command
     if (file === undefined) {
@@ -196,8 +191,10 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     yield* Effect.forkDaemon(Effect.interruptible(supervise))
 
     return {
+      /** Waits for the group to be gone and the logs closed. */
       exit: Deferred.await(done),
-      stop: (reason: string) =>
+      /** SIGTERM, grace, SIGKILL; then waits like `exit`. A no-op on a group that already ended. */
+      stop: (reason: string): Effect.Effect<GroupExit> =>
         Effect.sync(() => Deferred.unsafeDone(trigger, Exit.succeed({ by: "cancel", reason }))).pipe(Effect.zipRight(Deferred.await(done)))
     }
   })

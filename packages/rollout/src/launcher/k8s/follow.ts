@@ -44,7 +44,7 @@ export interface Followed {
 }
 
 type Decision =
-  | JobVerdict
+  | Exclude<JobVerdict, { readonly _tag: "Running" }>
   | { readonly _tag: "Cancel"; readonly reason: string }
   | { readonly _tag: "GiveUp" }
   | { readonly _tag: "TakenOver"; readonly owner: string }
@@ -101,8 +101,6 @@ export const makeFollower = (deps: FollowerDeps) => {
           durationMs,
           logs
         })
-      case "Running":
-        throw new Error("unreachable: a running verdict is never final")
     }
   }
 
