@@ -18,6 +18,7 @@ import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { localSpawnError } from "../process/processGroup.js"
 import { taskInputJson } from "./env.js"
 
 export const attemptDirName = (attemptId: string): string =>
@@ -63,12 +64,6 @@ export const prepareAttemptFiles = (
       writeFileSync(files.taskRecordFile, taskRecordJson(task, extra))
       return files
     },
-    catch: (e) =>
-      new SpawnError({
-        reason: "spawn",
-        code: (e as NodeJS.ErrnoException).code ?? null,
-        command: "(prepare attempt directory)",
-        message: `cannot prepare ${files.dir}: ${(e as Error).message}`
-      })
+    catch: (e) => localSpawnError(e, "(prepare attempt directory)", `cannot prepare ${files.dir}`)
   })
 }

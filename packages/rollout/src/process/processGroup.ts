@@ -81,6 +81,10 @@ const checkCwd = (spec: GroupSpec) =>
       : Effect.fail(new SpawnError({ reason: "bad-cwd", code: "ENOENT", command: spec.command.join(" "), message: `working directory ${spec.cwd} does not exist or is not a directory` }))
   )
 
+/** A failure of this node (disk full, permissions) before anything could start: `what` and the system's message. */
+export const localSpawnError = (e: unknown, command: string, what: string) =>
+  new SpawnError({ reason: "spawn", code: (e as NodeJS.ErrnoException).code ?? null, command, message: `${what}: ${(e as Error).message}` })
+
 const spawnErrorMessage = (command: string, e: NodeJS.ErrnoException) =>
   e.code === "ENOENT"
     ? `command not found: ${command}`
@@ -109,13 +113,7 @@ const start = (spec: GroupSpec) =>
     const done = Deferred.unsafeMake<GroupExit>(FiberId.none)
     const [stdout, stderr] = yield* Effect.try({
       try: () => [new CappedLog(spec.stdoutFile, spec.maxLogBytes), new CappedLog(spec.stderrFile, spec.maxLogBytes)] as const,
-      catch: (e) =>
-        new SpawnError({
-          reason: "spawn",
-          code: (e as NodeJS.ErrnoException).code ?? null,
-          command: file,
-          message: `cannot open the log files of ${file}: ${(e as Error).message}`
-        })
+      catch: (e) => localSpawnError(e, file, `cannot open the log files of ${file}`)
     })
     const startedAt = Date.now()
 
