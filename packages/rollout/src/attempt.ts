@@ -11,7 +11,6 @@ import { runVerifier } from "./verifier.js"
 export interface RunAttemptOptions {
   /** Called once the harness is running (the Gateway can mark the attempt `running`). */
   readonly onStarted?: (handle: AttemptHandle) => Effect.Effect<void>
-  readonly baseEnv?: Readonly<Record<string, string | undefined>>
 }
 
 /**
@@ -57,8 +56,7 @@ export const followAttempt = (
         files: handle.files,
         outcome,
         // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
-        defaultCwd: kind === "local" ? spec.harness.cwd : undefined,
-        baseEnv: options.baseEnv
+        defaultCwd: kind === "local" ? spec.harness.cwd : undefined
       }).pipe(Effect.merge)
     return resultOf(spec, outcome, verifier, startedAt)
   })

@@ -32,7 +32,6 @@ export interface VerifierInput {
   readonly outcome: AttemptSucceeded | AttemptFailed
   /** Working directory when the verifier spec has none (the launcher passes the harness's). */
   readonly defaultCwd?: string
-  readonly baseEnv?: Readonly<Record<string, string | undefined>>
 }
 
 const TAIL_BYTES = 1024
@@ -64,7 +63,7 @@ const lastLine = (text: string): string | undefined =>
 
 const verifierEnv = (input: VerifierInput): Record<string, string> => {
   const o = input.outcome
-  return Object.assign(envWithout(input.baseEnv ?? process.env, /^(OPENAI|REINS)_/), input.verifier.env, {
+  return Object.assign(envWithout(process.env, /^(OPENAI|REINS)_/), input.verifier.env, {
     REINS_TASK: taskRecordJson(input.task, input.taskExtra),
     REINS_TASK_FILE: input.files.taskRecordFile,
     REINS_TASK_ID: input.task.id,
