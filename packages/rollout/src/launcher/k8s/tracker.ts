@@ -105,12 +105,11 @@ export class JobTracker {
     })
   }
 
-  onPodEvent(type: WatchEventType, pod: V1Pod): Effect.Effect<void> {
-    // A deleted pod keeps its last state: it still tells how the attempt ended.
+  onPodEvent(_type: WatchEventType, pod: V1Pod): Effect.Effect<void> {
+    // Whatever the event (DELETED too), a pod keeps its last state: it still tells how the attempt ended.
     return Effect.sync(() => {
       const e = this.entryOfPod(pod)
       if (e !== undefined) this.putPod(e, pod)
-      void type
     })
   }
 
