@@ -91,10 +91,10 @@ export const makeKubernetesLauncher = (
       Effect.suspend(() => {
         if (watched.has(namespace) || refusal !== null) return Effect.void
         watched.add(namespace)
-        const follow = <A>(collection: "jobs" | "pods", options: Pick<FollowOptions<A>, "path" | "labelSelector" | "list" | "onList" | "onEvent">) => {
+        const follow = <A>(collection: "jobs" | "pods", source: Pick<FollowOptions<A>, "path" | "labelSelector" | "list" | "onList" | "onEvent">) => {
           const counters: WatchStats = { watches: 0, relists: 0, events: 0 }
           stats.set(`${namespace}/${collection}`, counters)
-          return followCollection({ api, ...options, reconcileEvery, stats: counters, failures })
+          return followCollection({ api, ...source, reconcileEvery, stats: counters, failures })
         }
         const jobs = ownerSelector(owner)
         return Effect.all([

@@ -149,7 +149,7 @@ export class JobTracker {
     return job === undefined ? undefined : this.entries.get(job)
   }
 
-  /** Keeps the pod's state unless an older one (see `supersedes`). */
+  /** Stores the pod's state unless it is older than the one kept (see `supersedes`). */
   private putPod(e: Entry, pod: V1Pod): void {
     const podName = pod.metadata?.name
     if (!podName || !supersedes(pod, e.pods.get(podName) ?? null)) return
