@@ -5,36 +5,12 @@
  */
 import { AttemptResult, type AttemptOutcome, type VerifierError, type VerifierReward } from "@reins/protocol"
 import { Effect, type Scope } from "effect"
-import type { AttemptHandle, AttemptSpec, Launcher } from "./launcher/Launcher.js"
-import { outcomeOfLaunchError } from "./launcher/Launcher.js"
+import { type AttemptHandle, type AttemptSpec, type Launcher, outcomeOfLaunchError } from "./launcher/Launcher.js"
 import { runVerifier } from "./verifier.js"
 
 export interface RunAttemptOptions {
   /** Called once the harness is running (the Gateway can mark the attempt `running`). */
   readonly onStarted?: (handle: AttemptHandle) => Effect.Effect<void>
-  readonly baseEnv?: Readonly<Record<string, string | undefined>>
-}
-
-/** Runs the spec's verifier for harnesses that ran to an end; null when none applies. */
-export const verifyOutcome = (
-  spec: AttemptSpec,
-  handle: Pick<AttemptHandle, "files">,
-  outcome: AttemptOutcome,
-  options: { readonly kind: Launcher["kind"]; readonly baseEnv?: Readonly<Record<string, string | undefined>> | undefined }
-): Effect.Effect<VerifierReward | VerifierError | null> => {
-  const verifier = spec.harness.verifier
-  if (verifier === undefined || (outcome._tag !== "Succeeded" && outcome._tag !== "Failed")) return Effect.succeed(null)
-  return runVerifier({
-    verifier,
-    identity: spec,
-    task: spec.task,
-    taskExtra: spec.taskExtra,
-    files: handle.files,
-    outcome,
-    // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
-    defaultCwd: options.kind === "local" ? spec.harness.cwd : undefined,
-    baseEnv: options.baseEnv
-  }).pipe(Effect.merge)
 }
 
 /**
@@ -49,10 +25,8 @@ export const runAttempt = (
 ): Effect.Effect<AttemptResult, never, Scope.Scope> =>
   Effect.gen(function*() {
     const startedAt = Date.now()
-    const result = (outcome: AttemptOutcome, verifier: VerifierReward | VerifierError | null) =>
-      new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
     const launched = yield* Effect.either(launcher.launch(spec))
-    if (launched._tag === "Left") return result(outcomeOfLaunchError(launched.left), null)
+    if (launched._tag === "Left") return resultOf(spec, outcomeOfLaunchError(launched.left), null, startedAt)
     return yield* followAttempt(launcher.kind, spec, launched.right, options, startedAt)
   })
 
@@ -70,6 +44,22 @@ export const followAttempt = (
   Effect.gen(function*() {
     if (options.onStarted !== undefined) yield* options.onStarted(handle)
     const outcome = yield* handle.outcome
-    const verifier = yield* verifyOutcome(spec, handle, outcome, { kind, baseEnv: options.baseEnv })
-    return new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })
+    const verifierSpec = spec.harness.verifier
+    // The verifier only runs for harnesses that ran to an end.
+    const verifier = verifierSpec === undefined || (outcome._tag !== "Succeeded" && outcome._tag !== "Failed")
+      ? null
+      : yield* runVerifier({
+        verifier: verifierSpec,
+        identity: spec,
+        task: spec.task,
+        taskExtra: spec.taskExtra,
+        files: handle.files,
+        outcome,
+        // A Kubernetes harness's cwd is a path inside its container, meaningless on this node.
+        defaultCwd: kind === "local" ? spec.harness.cwd : undefined
+      }).pipe(Effect.merge)
+    return resultOf(spec, outcome, verifier, startedAt)
   })
+
+const resultOf = (spec: AttemptSpec, outcome: AttemptOutcome, verifier: VerifierReward | VerifierError | null, startedAt: number) =>
+  new AttemptResult({ rolloutId: spec.rolloutId, attemptId: spec.attemptId, outcome, verifier, startedAt, finishedAt: Date.now() })

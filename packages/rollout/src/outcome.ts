@@ -7,18 +7,10 @@ import type { AttemptOutcome, AttemptResult, AttemptState } from "@reins/protoco
 /** The states an attempt ends in. */
 export type EndedState = Exclude<AttemptState, "queued" | "running">
 
+const stateOfTag: Record<AttemptOutcome["_tag"], EndedState> = { Succeeded: "succeeded", Failed: "failed", InfraFailed: "failed", Cancelled: "cancelled" }
+
 /** The Gateway store's attempt state for an outcome (an infrastructure failure is a failed attempt; the rollout goes on with a new one). */
-export const attemptStateOf = (outcome: AttemptOutcome): EndedState => {
-  switch (outcome._tag) {
-    case "Succeeded":
-      return "succeeded"
-    case "Failed":
-    case "InfraFailed":
-      return "failed"
-    case "Cancelled":
-      return "cancelled"
-  }
-}
+export const attemptStateOf = (outcome: AttemptOutcome): EndedState => stateOfTag[outcome._tag]
 
 /** One line for the store's `reason` column: `exit code 3`, `timeout: ...`, `infra/oom-killed: ...`. */
 export const outcomeReason = (outcome: AttemptOutcome): string => {

@@ -16,11 +16,10 @@
  * non-zero exit, no output — is a `VerifierError` carrying the output tails: recorded, never a crash.
  */
 import { AttemptLogs, type AttemptFailed, type AttemptSucceeded, type LogCapture, type Task, VerifierError, VerifierReward, type VerifierSpec } from "@reins/protocol"
-import { Effect, Either } from "effect"
-import { open } from "node:fs/promises"
-import type { AttemptIdentity } from "./harness/env.js"
-import type { AttemptFiles } from "./harness/files.js"
-import { taskRecordJson } from "./harness/files.js"
+import { Effect, Either, Option } from "effect"
+import { type AttemptIdentity, envWithout } from "./harness/env.js"
+import { type AttemptFiles, taskRecordJson } from "./harness/files.js"
+import { readFileTail } from "./harness/logTails.js"
 import { spawnGroup } from "./process/processGroup.js"
 
 export interface VerifierInput {
@@ -33,39 +32,23 @@ export interface VerifierInput {
   readonly outcome: AttemptSucceeded | AttemptFailed
   /** Working directory when the verifier spec has none (the launcher passes the harness's). */
   readonly defaultCwd?: string
-  readonly baseEnv?: Readonly<Record<string, string | undefined>>
 }
 
 const TAIL_BYTES = 1024
 
 /** The last `bytes` of a file as text ("" when it cannot be read). */
-export const readTail = async (path: string, bytes: number): Promise<string> => {
-  try {
-    const fh = await open(path, "r")
-    try {
-      const { size } = await fh.stat()
-      const length = Math.min(size, bytes)
-      const buf = Buffer.alloc(length)
-      await fh.read(buf, 0, length, size - length)
-      return buf.toString("utf8")
-    } finally {
-      await fh.close()
-    }
-  } catch {
-    return ""
-  }
-}
+const readTail = (path: string, bytes: number): Effect.Effect<string> =>
+  Effect.try(() => readFileTail(path, bytes)?.text ?? "").pipe(Effect.orElseSucceed(() => ""))
+
+const parseJson = Option.liftThrowable((text: string): unknown => JSON.parse(text))
 
 /** The reward in a verifier's last line, or why there is none. */
 export const parseRewardLine = (line: string): Either.Either<{ value: number; details: unknown }, string> => {
   const shown = line.length > 200 ? `${line.slice(0, 200)}…` : line
   const expected = `expected a number or {"reward": number} as the last stdout line, got ${JSON.stringify(shown)}`
-  let json: unknown
-  try {
-    json = JSON.parse(line)
-  } catch {
-    return Either.left(expected)
-  }
+  const parsed = parseJson(line)
+  if (Option.isNone(parsed)) return Either.left(expected)
+  const json = parsed.value
   if (typeof json === "number") return Either.right({ value: json, details: null })
   if (typeof json === "object" && json !== null && !Array.isArray(json)) {
     const reward = (json as Record<string, unknown>).reward
@@ -79,12 +62,8 @@ const lastLine = (text: string): string | undefined =>
   text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "").at(-1)
 
 const verifierEnv = (input: VerifierInput): Record<string, string> => {
-  const env: Record<string, string> = {}
-  for (const [k, v] of Object.entries(input.baseEnv ?? process.env)) {
-    if (v !== undefined && !/^(OPENAI|REINS)_/.test(k)) env[k] = v
-  }
   const o = input.outcome
-  return Object.assign(env, input.verifier.env, {
+  return Object.assign(envWithout(process.env, /^(OPENAI|REINS)_/), input.verifier.env, {
     REINS_TASK: taskRecordJson(input.task, input.taskExtra),
     REINS_TASK_FILE: input.files.taskRecordFile,
     REINS_TASK_ID: input.task.id,
@@ -122,9 +101,8 @@ export const runVerifier = (input: VerifierInput): Effect.Effect<VerifierReward,
         )
       )
       const exit = yield* group.exit
-      const [stdoutTail, stderrTail] = yield* Effect.promise(() =>
-        Promise.all([readTail(input.files.verifierStdout, TAIL_BYTES), readTail(input.files.verifierStderr, TAIL_BYTES)])
-      )
+      const stdoutTail = yield* readTail(input.files.verifierStdout, TAIL_BYTES)
+      const stderrTail = yield* readTail(input.files.verifierStderr, TAIL_BYTES)
       const logs = new AttemptLogs({ stdout: exit.stdout, stderr: exit.stderr })
       const fail = (reason: VerifierError["reason"], message: string) =>
         new VerifierError({ reason, message, exitCode: exit.exitCode, signal: exit.signal, stdoutTail, stderrTail, logs })
@@ -146,4 +124,4 @@ export const runVerifier = (input: VerifierInput): Effect.Effect<VerifierReward,
 
 /** The text whose last line is the reward: a longer tail when the last line could exceed the short one. */
 const lastLineSource = (stdout: LogCapture, shortTail: string) =>
-  stdout.bytes <= TAIL_BYTES ? Effect.succeed(shortTail) : Effect.promise(() => readTail(stdout.path, 64 * 1024))
+  stdout.bytes <= TAIL_BYTES ? Effect.succeed(shortTail) : readTail(stdout.path, 64 * 1024)

@@ -30,7 +30,6 @@
 import { type AttemptFinished, ControllerError, ControllerStatus, type HarnessSpec, type RolloutEnded, SubmittedGroup, type Task } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
 import { Context, Deferred, Duration, Effect, ExecutionStrategy, Layer, PubSub, Queue, Schedule, Scope, Stream } from "effect"
-import type { TaskGroup } from "../tasks/queue.js"
 import { makeAttempts } from "./attempts.js"
 import { type ControllerConfig, type ControllerContext, settingsOf } from "./context.js"
 import { type Entry, EntryTable } from "./entries.js"
@@ -70,8 +69,6 @@ export interface GroupSubmission {
 
 export interface RolloutControllerService {
   readonly submit: (group: GroupSubmission) => Effect.Effect<SubmittedGroup, ControllerError>
-  /** A group from the task queue. */
-  readonly submitTaskGroup: (group: TaskGroup) => Effect.Effect<SubmittedGroup, ControllerError>
   readonly setAdmission: (hook: AdmissionHook | null) => Effect.Effect<void>
   /**
    * The start budget: at most `budget` rollouts may have been started by this controller
@@ -295,7 +292,6 @@ export const makeRolloutController = (config: ControllerConfig): Effect.Effect<R
     yield* wake
     return {
       submit,
-      submitTaskGroup: (g: TaskGroup) => submit({ task: g.record.task, size: g.size, groupId: g.groupId, taskExtra: g.record.extra }),
       setAdmission: (hook: AdmissionHook | null) => Effect.zipRight(Effect.sync(() => void (admission = hook)), wake),
       setBudget,
       reconsider: wake,

@@ -44,8 +44,6 @@ export const LauncherActor = Actor.make("rollout", LauncherRpcs)
 export interface LauncherActorOptions {
   /** Attempts running at once on this node (default 8). Launches beyond it fail with `LauncherFull`. */
   readonly maxConcurrent?: number
-  /** Environment of local harnesses with `inherit_env` (default `process.env`). */
-  readonly baseEnv?: Readonly<Record<string, string | undefined>>
 }
 
 export type LauncherSelection =
@@ -87,9 +85,9 @@ export const makeLauncherHandlers = (launcher: Launcher, options: LauncherActorO
               if (entry.cancelled !== null) yield* Effect.forkDaemon(handle.cancel(entry.cancelled))
             })
           const run = join === undefined
-            ? Effect.scoped(runAttempt(launcher, spec, { onStarted, baseEnv: options.baseEnv }))
+            ? Effect.scoped(runAttempt(launcher, spec, { onStarted }))
             // reported once: a later launch of it is a fresh one (which, for a Job, joins it again by name)
-            : Effect.tap(followAttempt(launcher.kind, spec, join, { onStarted, baseEnv: options.baseEnv }), () => Effect.sync(() => adopted.delete(spec.attemptId)))
+            : Effect.tap(followAttempt(launcher.kind, spec, join, { onStarted }), () => Effect.sync(() => adopted.delete(spec.attemptId)))
           yield* run.pipe(
             Effect.flatMap((result) => Queue.offer(updates, new LaunchFinished({ node: self.node, result }))),
             Effect.forkScoped

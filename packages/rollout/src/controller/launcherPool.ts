@@ -28,24 +28,12 @@ export interface LauncherSlot {
 /** Handles what a newly discovered launcher adopted, before it joins the pool. */
 export type OnAdopted = (slot: LauncherSlot, adopted: AdoptedAttempts) => Effect.Effect<void>
 
-export interface LauncherPool {
-  /** Brings the pool in line with membership: new launchers are discovered, gone ones are lost. */
-  readonly refresh: (onAdopted: OnAdopted) => Effect.Effect<void>
-  /** The launchers of a node that went down (`graceful`: it said it leaves) are lost. */
-  readonly memberDown: (node: string, graceful: boolean) => Effect.Effect<void>
-  /** Places nothing more on `slot` until it is discovered again (its calls broke). */
-  readonly forget: (slot: LauncherSlot) => void
-  /** Whether `slot` is still the pool's launcher of its name. */
-  readonly holds: (slot: LauncherSlot) => boolean
-  /** The accepted launcher with the most free places (possibly none free), null when none is accepted. */
-  readonly freest: (accept: (slot: LauncherSlot) => boolean) => LauncherSlot | null
-  readonly capacities: () => Array<LauncherCapacity>
-}
-
 const freePlaces = (slot: LauncherSlot) => slot.max - slot.inflight
 
-export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>): Effect.Effect<LauncherPool, never, ActorSystem> =>
-  Effect.map(ActorSystem, (system): LauncherPool => {
+export type LauncherPool = Effect.Effect.Success<ReturnType<typeof makeLauncherPool>>
+
+export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>) =>
+  Effect.map(ActorSystem, (system) => {
     const slots = new Map<string, LauncherSlot>()
     /** Launchers being discovered in the background. */
     const discovering = new Set<string>()
@@ -75,7 +63,8 @@ export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>):
         return true
       }).pipe(Effect.ensuring(Effect.sync(() => discovering.delete(name))))
 
-    const refresh = (onAdopted: OnAdopted) =>
+    /** Brings the pool in line with membership: new launchers are discovered, gone ones are lost. */
+    const refresh = (onAdopted: OnAdopted): Effect.Effect<void> =>
       Effect.gen(function*() {
         const members = yield* system.members
         const seen = new Set<string>()
@@ -103,7 +92,8 @@ export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>):
         }
       })
 
-    const memberDown = (node: string, graceful: boolean) =>
+    /** The launchers of a node that went down (`graceful`: it said it leaves) are lost. */
+    const memberDown = (node: string, graceful: boolean): Effect.Effect<void> =>
       Effect.forEach(
         [...slots.values()].filter((slot) => slot.node === node),
         (slot) =>
@@ -114,19 +104,17 @@ export const makeLauncherPool = (scope: Scope.Scope, wake: Effect.Effect<void>):
         { discard: true }
       )
 
-    const freest = (accept: (slot: LauncherSlot) => boolean) => {
-      let best: LauncherSlot | null = null
-      for (const slot of slots.values()) {
-        if (accept(slot) && (best === null || freePlaces(slot) > freePlaces(best))) best = slot
-      }
-      return best
-    }
+    /** The accepted launcher with the most free places (possibly none free), null when none is accepted. */
+    const freest = (accept: (slot: LauncherSlot) => boolean) =>
+      [...slots.values()].filter(accept).reduce<LauncherSlot | null>((best, slot) => (best === null || freePlaces(slot) > freePlaces(best) ? slot : best), null)
 
     return {
       refresh,
       memberDown,
-      forget: (slot) => void (slots.get(slot.name) === slot && slots.delete(slot.name)),
-      holds: (slot) => slots.get(slot.name) === slot,
+      /** Places nothing more on `slot` until it is discovered again (its calls broke). */
+      forget: (slot: LauncherSlot) => void (slots.get(slot.name) === slot && slots.delete(slot.name)),
+      /** Whether `slot` is still the pool's launcher of its name. */
+      holds: (slot: LauncherSlot) => slots.get(slot.name) === slot,
       freest,
       capacities: () => [...slots.values()].map((s) => new LauncherCapacity({ node: s.node, kind: s.kind, max: s.max, running: s.inflight }))
     }

@@ -10,21 +10,16 @@
  * attempt variables always win: a spec that sets `OPENAI_API_KEY` would otherwise send calls to
  * the wrong rollout.
  */
-import type { HarnessSpec, Task } from "@reins/protocol"
+import type { AttemptEndpointsSchema, HarnessSpec, LaunchSpec, Task } from "@reins/protocol"
 
-/** Where the harness reaches the Gateway. `openaiBaseUrl` is the agent-facing `/v1` URL (it may differ from the admin URL). */
-export interface AttemptEndpoints {
-  readonly openaiBaseUrl: string
-  /** Default: `<openaiBaseUrl>/reward`. */
-  readonly rewardUrl?: string
-}
+/**
+ * Where the harness reaches the Gateway. `openaiBaseUrl` is the agent-facing `/v1` URL (it may
+ * differ from the admin URL); `rewardUrl` defaults to `<openaiBaseUrl>/reward`.
+ */
+export type AttemptEndpoints = typeof AttemptEndpointsSchema.Type
 
-export interface AttemptIdentity {
-  readonly rolloutId: string
-  readonly attemptId: string
-  /** The Gateway's key for this attempt: calls made with it are recorded against it. */
-  readonly attemptKey: string
-}
+/** The attempt's ids and the Gateway's key for it: calls made with the key are recorded against it. */
+export type AttemptIdentity = Pick<LaunchSpec, "rolloutId" | "attemptId" | "attemptKey">
 
 /** The Anthropic SDK's base URL for the Gateway: the `/v1` URL without its `/v1`. */
 export const anthropicBaseUrlOf = (endpoints: AttemptEndpoints): string => endpoints.openaiBaseUrl.replace(/\/+$/, "").replace(/\/v1$/, "")
@@ -65,13 +60,12 @@ export const attemptEnv = (p: {
   /** The node's environment; default `process.env`. */
   readonly base?: Readonly<Record<string, string | undefined>>
 }): Record<string, string> => {
-  const env: Record<string, string> = {}
-  if (p.spec.inherit_env) {
-    // The node's own OPENAI_*/ANTHROPIC_*/REINS_* settings (a developer's real key, org or
-    // project) must not leak into an attempt: they would change where or as whom the harness calls.
-    for (const [k, v] of Object.entries(p.base ?? process.env)) {
-      if (v !== undefined && !/^(OPENAI|ANTHROPIC|REINS)_/.test(k)) env[k] = v
-    }
-  }
+  // The node's own OPENAI_*/ANTHROPIC_*/REINS_* settings (a developer's real key, org or
+  // project) must not leak into an attempt: they would change where or as whom the harness calls.
+  const env = p.spec.inherit_env ? envWithout(p.base ?? process.env, /^(OPENAI|ANTHROPIC|REINS)_/) : {}
   return Object.assign(env, p.spec.env, attemptVariables(p))
 }
+
+/** The set variables of `base` whose names do not match `excluded`. */
+export const envWithout = (base: Readonly<Record<string, string | undefined>>, excluded: RegExp): Record<string, string> =>
+  Object.fromEntries(Object.entries(base).filter((e): e is [string, string] => e[1] !== undefined && !excluded.test(e[0])))

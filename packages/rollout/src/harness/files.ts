@@ -18,26 +18,15 @@ import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { localSpawnError } from "../process/processGroup.js"
 import { taskInputJson } from "./env.js"
-
-export interface AttemptFiles {
-  readonly dir: string
-  readonly taskFile: string
-  readonly taskRecordFile: string
-  readonly stdout: string
-  readonly stderr: string
-  readonly verifierStdout: string
-  readonly verifierStderr: string
-  readonly pidFile: string
-  readonly verifierPidFile: string
-}
 
 export const attemptDirName = (attemptId: string): string =>
   /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/.test(attemptId) && !attemptId.includes("..")
     ? attemptId
     : `h-${createHash("sha256").update(attemptId).digest("hex").slice(0, 32)}`
 
-export const attemptFiles = (dataDir: string, attemptId: string): AttemptFiles => {
+export const attemptFiles = (dataDir: string, attemptId: string) => {
   const dir = join(dataDir, "attempts", attemptDirName(attemptId))
   return {
     dir,
@@ -51,6 +40,9 @@ export const attemptFiles = (dataDir: string, attemptId: string): AttemptFiles =
     verifierPidFile: join(dir, "verifier.pid")
   }
 }
+
+/** The paths of one attempt's files (see the layout above). */
+export type AttemptFiles = Readonly<ReturnType<typeof attemptFiles>>
 
 /** The task line as the verifier sees it: id, input, split and every extra field. */
 export const taskRecordJson = (task: Task, extra: Readonly<Record<string, unknown>> = {}): string =>
@@ -72,12 +64,6 @@ export const prepareAttemptFiles = (
       writeFileSync(files.taskRecordFile, taskRecordJson(task, extra))
       return files
     },
-    catch: (e) =>
-      new SpawnError({
-        reason: "spawn",
-        code: (e as NodeJS.ErrnoException).code ?? null,
-        command: "(prepare attempt directory)",
-        message: `cannot prepare ${files.dir}: ${(e as Error).message}`
-      })
+    catch: (e) => localSpawnError(e, "(prepare attempt directory)", `cannot prepare ${files.dir}`)
   })
 }

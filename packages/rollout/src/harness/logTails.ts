@@ -11,7 +11,8 @@ import { attemptFiles } from "./files.js"
 /** Bytes returned from the end of each log. */
 export const LOG_TAIL_BYTES = 64 * 1024
 
-const tail = (file: string): { readonly bytes: number; readonly text: string } | null => {
+/** The file's size and its last `bytes` as text; null when it cannot be opened. */
+export const readFileTail = (file: string, bytes = LOG_TAIL_BYTES): { readonly bytes: number; readonly text: string } | null => {
   let fd: number
   try {
     fd = openSync(file, "r")
@@ -20,7 +21,7 @@ const tail = (file: string): { readonly bytes: number; readonly text: string } |
   }
   try {
     const size = fstatSync(fd).size
-    const length = Math.min(size, LOG_TAIL_BYTES)
+    const length = Math.min(size, bytes)
     const buffer = Buffer.alloc(length)
     readSync(fd, buffer, 0, length, size - length)
     return { bytes: size, text: buffer.toString("utf8") }
@@ -35,7 +36,7 @@ export const readAttemptLogs = (dataDir: string, attemptId: string): ReadonlyArr
   const named = [["stdout", files.stdout], ["stderr", files.stderr], ["verifier.stdout", files.verifierStdout], ["verifier.stderr", files.verifierStderr]] as const
   const out: Array<AttemptLogTail> = []
   for (const [name, file] of named) {
-    const found = tail(file)
+    const found = readFileTail(file)
     if (found !== null) out.push(new AttemptLogTail({ name, bytes: found.bytes, truncated: found.bytes > LOG_TAIL_BYTES, text: found.text }))
   }
   return out

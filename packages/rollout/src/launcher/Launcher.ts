@@ -6,20 +6,17 @@
  * A launch is Scope-bound: closing the scope stops the attempt (kills the process group /
  * deletes the Job) unless the launcher is configured to leave Jobs for a successor to adopt.
  */
-import type { AttemptOutcome, HandedAttempt, HarnessSpec, LaunchError, Task } from "@reins/protocol"
+import type { AttemptOutcome, HandedAttempt, LaunchError, LaunchSpec } from "@reins/protocol"
 import { AttemptInfraFailed } from "@reins/protocol"
 import type { Effect, Scope } from "effect"
-import type { AttemptEndpoints, AttemptIdentity } from "../harness/env.js"
 import type { AttemptFiles } from "../harness/files.js"
 
-/** Everything needed to run one attempt. */
-export interface AttemptSpec extends AttemptIdentity {
-  readonly task: Task
-  /** Fields of the task line beyond id/input/split: the verifier sees them, the harness never. */
-  readonly taskExtra?: Readonly<Record<string, unknown>>
-  readonly harness: HarnessSpec
-  readonly endpoints: AttemptEndpoints
-}
+/**
+ * Everything needed to run one attempt (the wire form `LaunchSpec` without the controller's
+ * `adoptOnly`): ids and key, the task and its extras (the verifier sees them, the harness never),
+ * the harness spec and the Gateway's endpoints.
+ */
+export type AttemptSpec = Omit<LaunchSpec, "adoptOnly">
 
 export interface AttemptHandle {
   readonly rolloutId: string
@@ -51,17 +48,16 @@ export interface Launcher {
    * (at the first call only; later calls report the same).
    */
   readonly adopt: Effect.Effect<ReadonlyArray<AdoptedAttempt>, LaunchError, Scope.Scope>
+  /** Kubernetes: whether stopping the launcher leaves its Jobs running (`onScopeClose: "leave"`) instead of deleting them. */
+  readonly leavesJobsRunning?: boolean
   /**
    * Takes over attempts a controller hands to this launcher because the launcher that ran them
    * went away (Kubernetes: their Jobs, whoever owns them, relabelled to this launcher and
    * followed; a Job that no longer exists is `Reaped`). Absent where nothing can be taken over
    * (local processes die with their node's launcher, or are reaped by its next incarnation).
    */
-  /** Kubernetes: whether stopping the launcher leaves its Jobs running (`onScopeClose: "leave"`) instead of deleting them. */
-  readonly leavesJobsRunning?: boolean
   readonly takeOver?: (attempts: ReadonlyArray<HandedAttempt>) => Effect.Effect<ReadonlyArray<AdoptedAttempt>, never, Scope.Scope>
 }
-
 
 /** An attempt found after a restart: followed again (`handle`), or already gone (`outcome`). */
 export type AdoptedAttempt =
@@ -76,7 +72,6 @@ export const outcomeOfLaunchError = (e: LaunchError): AttemptInfraFailed => {
     case "KubernetesApiError":
       return new AttemptInfraFailed({ reason: "api", retryable: true, message: e.message, durationMs: 0, logs: null })
     case "JobRejectedError":
-      return new AttemptInfraFailed({ reason: "invalid-spec", retryable: false, message: e.message, durationMs: 0, logs: null })
     case "JobNameConflictError":
     case "LaunchConfigError":
       return new AttemptInfraFailed({ reason: "invalid-spec", retryable: false, message: e.message, durationMs: 0, logs: null })

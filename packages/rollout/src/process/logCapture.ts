@@ -28,16 +28,12 @@ export class CappedLog {
   }
 
   write(chunk: Buffer): void {
-    const room = this.maxBytes - this.written
-    if (room > 0) {
-      const part = chunk.length <= room ? chunk : chunk.subarray(0, room)
-      this.append(part)
-      this.written += part.length
-      if (part.length < chunk.length) this.append(Buffer.from(truncationMarker(this.maxBytes)))
-      this.dropped += chunk.length - part.length
-    } else {
-      this.dropped += chunk.length
-    }
+    const part = chunk.subarray(0, Math.max(0, this.maxBytes - this.written))
+    this.dropped += chunk.length - part.length
+    if (part.length === 0) return
+    this.append(part)
+    this.written += part.length
+    if (part.length < chunk.length) this.append(Buffer.from(truncationMarker(this.maxBytes)))
   }
 
   follow(source: Readable): void {

@@ -48,20 +48,9 @@ export interface GroupExit {
   readonly stoppedBy: StoppedBy | null
   /** The reason given to `stop()`. */
   readonly stopReason: string | null
-  readonly startedAt: number
   readonly durationMs: number
   readonly stdout: LogCapture
   readonly stderr: LogCapture
-  /** The group still had live members after the leader exited (they were killed). */
-  readonly hadStragglers: boolean
-}
-
-export interface ProcessGroup {
-  readonly pid: number
-  /** Waits for the group to be gone and the logs closed. */
-  readonly exit: Effect.Effect<GroupExit>
-  /** SIGTERM, grace, SIGKILL; then waits like `exit`. A no-op on a group that already ended. */
-  readonly stop: (reason: string) => Effect.Effect<GroupExit>
 }
 
 const poll = Duration.millis(20)
@@ -77,19 +66,24 @@ const waitUntil = (cond: () => boolean, ms: number) =>
     return true
   })
 
+const isDirectory = (path: string) => {
+  try {
+    return statSync(path).isDirectory()
+  } catch {
+    return false
+  }
+}
+
 const checkCwd = (spec: GroupSpec) =>
-  Effect.suspend(() => {
-    if (spec.cwd === undefined) return Effect.void
-    let ok = false
-    try {
-      ok = statSync(spec.cwd).isDirectory()
-    } catch {
-      ok = false
-    }
-    return ok
+  Effect.suspend(() =>
+    spec.cwd === undefined || isDirectory(spec.cwd)
       ? Effect.void
       : Effect.fail(new SpawnError({ reason: "bad-cwd", code: "ENOENT", command: spec.command.join(" "), message: `working directory ${spec.cwd} does not exist or is not a directory` }))
-  })
+  )
+
+/** A failure of this node (disk full, permissions) before anything could start: `what` and the system's message. */
+export const localSpawnError = (e: unknown, command: string, what: string) =>
+  new SpawnError({ reason: "spawn", code: (e as NodeJS.ErrnoException).code ?? null, command, message: `${what}: ${(e as Error).message}` })
 
 const spawnErrorMessage = (command: string, e: NodeJS.ErrnoException) =>
   e.code === "ENOENT"
@@ -101,7 +95,9 @@ const spawnErrorMessage = (command: string, e: NodeJS.ErrnoException) =>
 export const spawnGroup = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError, Scope.Scope> =>
   Effect.zipRight(checkCwd(spec), Effect.acquireRelease(start(spec), (g) => g.stop("scope closed")))
 
-const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
+export type ProcessGroup = Effect.Effect.Success<ReturnType<typeof start>>
+
+const start = (spec: GroupSpec) =>
   Effect.gen(function*() {
     const [file, ...args] = spec.command
     if (file === undefined) {
@@ -117,13 +113,7 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     const done = Deferred.unsafeMake<GroupExit>(FiberId.none)
     const [stdout, stderr] = yield* Effect.try({
       try: () => [new CappedLog(spec.stdoutFile, spec.maxLogBytes), new CappedLog(spec.stderrFile, spec.maxLogBytes)] as const,
-      catch: (e) =>
-        new SpawnError({
-          reason: "spawn",
-          code: (e as NodeJS.ErrnoException).code ?? null,
-          command: file,
-          message: `cannot open the log files of ${file}: ${(e as Error).message}`
-        })
+      catch: (e) => localSpawnError(e, file, `cannot open the log files of ${file}`)
     })
     const startedAt = Date.now()
 
@@ -172,16 +162,13 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
       // SIGKILL cannot be ignored; the bound only guards against a process stuck in the kernel.
       yield* within(leaderExit, 10_000)
       // Stragglers: whatever the harness started and left running (or that ignored SIGTERM).
-      const hadStragglers = groupAlive(pgid)
-      if (hadStragglers) {
+      if (groupAlive(pgid)) {
         if (!killed) signalGroup(pgid, "SIGTERM")
         if (!(yield* waitUntil(() => !groupAlive(pgid), killed ? 0 : spec.graceMs))) signalGroup(pgid, "SIGKILL")
         yield* waitUntil(() => !groupAlive(pgid), 2_000)
       }
       // The pipes close when the last holder dies; one that escaped the group could hold them open.
-      if (!(yield* within(pipesClosed, 2_000))) {
-        child.detach()
-      }
+      if (!(yield* within(pipesClosed, 2_000))) child.detach()
       if (spec.pidFile !== undefined) rmSync(spec.pidFile, { force: true })
       const leader = exitInfo as { readonly code: number | null; readonly signal: NodeJS.Signals | null } | null
       yield* Deferred.succeed(done, {
@@ -189,11 +176,9 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
         signal: leader === null ? "SIGKILL" : leader.signal,
         stoppedBy: first?.by ?? null,
         stopReason: first?.reason ?? null,
-        startedAt,
         durationMs: Date.now() - startedAt,
         stdout: stdout.close(),
-        stderr: stderr.close(),
-        hadStragglers
+        stderr: stderr.close()
       })
     })
     // A daemon: the supervisor must finish its kill sequence even when the fiber that launched
@@ -204,9 +189,10 @@ const start = (spec: GroupSpec): Effect.Effect<ProcessGroup, SpawnError> =>
     yield* Effect.forkDaemon(Effect.interruptible(supervise))
 
     return {
-      pid: pgid,
+      /** Waits for the group to be gone and the logs closed. */
       exit: Deferred.await(done),
-      stop: (reason: string) =>
+      /** SIGTERM, grace, SIGKILL; then waits like `exit`. A no-op on a group that already ended. */
+      stop: (reason: string): Effect.Effect<GroupExit> =>
         Effect.sync(() => Deferred.unsafeDone(trigger, Exit.succeed({ by: "cancel", reason }))).pipe(Effect.zipRight(Deferred.await(done)))
     }
   })

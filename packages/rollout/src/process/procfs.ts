@@ -28,16 +28,12 @@ export const readProcStat = (pid: number): ProcStat | null => {
 }
 
 /** Live (non-zombie) members of a process group, by scanning /proc (Linux only). */
-export const groupMembers = (pgid: number): ReadonlyArray<ProcStat> => {
-  const out: Array<ProcStat> = []
-  for (const name of readdirSync("/proc")) {
-    const pid = Number(name)
-    if (!Number.isInteger(pid)) continue
-    const st = readProcStat(pid)
-    if (st !== null && st.pgrp === pgid && st.state !== "Z" && st.state !== "X") out.push(st)
-  }
-  return out
-}
+export const groupMembers = (pgid: number): ReadonlyArray<ProcStat> =>
+  readdirSync("/proc")
+    .map(Number)
+    .filter(Number.isInteger)
+    .map(readProcStat)
+    .filter((st): st is ProcStat => st !== null && st.pgrp === pgid && st.state !== "Z" && st.state !== "X")
 
 /** Sends `signal` to the whole group; false when no such group exists any more. */
 export const signalGroup = (pgid: number, signal: NodeJS.Signals | 0): boolean => {

@@ -15,7 +15,6 @@ import { environHas, groupMembers, procfsAvailable } from "./procfs.js"
 export interface Leftover {
   readonly attemptId: string
   readonly rolloutId: string | null
-  readonly pidFile: string
   /** Processes of the group that were still alive and got killed. */
   readonly killed: number
 }
@@ -85,7 +84,7 @@ export const reapLeftovers = (dataDir: string, graceMs = 2_000): Effect.Effect<R
         const attemptId = record.attemptId ?? d
         const killed = yield* killGroup(record.pgid, attemptId, graceMs)
         rmSync(pidFile, { force: true })
-        found.push({ attemptId, rolloutId: record.rolloutId ?? null, pidFile, killed })
+        found.push({ attemptId, rolloutId: record.rolloutId ?? null, killed })
       }
       if (found.length > 0) out.push({ ...found[0]!, killed: found.reduce((n, f) => n + f.killed, 0) })
     }

@@ -27,6 +27,7 @@ import {
   ANNOTATION_ROLLOUT_ID,
   jobName,
   LABEL_OWNER,
+  labelValue,
   ownerOf,
   ownerSelector
 } from "./names.js"
@@ -36,9 +37,8 @@ export interface AdoptionDeps {
   readonly api: KubeApi
   readonly tracker: JobTracker
   readonly dataDir: string
-  /** This launcher's owner identity and its label value. */
+  /** This launcher's owner identity. */
   readonly owner: string
-  readonly ownerLabel: string
   readonly namespaces: ReadonlyArray<string>
   readonly handles: Map<string, AttemptHandle>
   readonly watchNamespace: (namespace: string) => Effect.Effect<void>
@@ -48,36 +48,36 @@ export interface AdoptionDeps {
 
 export const makeAdoption = (deps: AdoptionDeps) => {
   const { api } = deps
+  const ownerLabel = labelValue(deps.owner)
 
-  /** Follows an existing Job from what its annotations say. */
-  const adoptJob = (namespace: string, job: V1Job): Effect.Effect<Option.Option<AttemptHandle>, never, Scope.Scope> =>
+  /** Follows an existing Job from what its annotations say (null: it names no attempt). */
+  const adoptJob = (namespace: string, job: V1Job): Effect.Effect<AdoptedAttempt | null, never, Scope.Scope> =>
     Effect.gen(function*() {
       const name = job.metadata?.name
       const a = job.metadata?.annotations ?? {}
       const attemptId = a[ANNOTATION_ATTEMPT_ID]
       if (name === undefined || attemptId === undefined) {
         yield* Effect.logWarning(`Job ${name ?? "(unnamed)"} has reins labels but no ${ANNOTATION_ATTEMPT_ID} annotation; not adopted`)
-        return Option.none()
+        return null
       }
       const existing = deps.handles.get(name)
-      if (existing !== undefined) return Option.some(existing)
+      if (existing !== undefined) return { _tag: "Following", handle: existing } as const
       const files = attemptFiles(deps.dataDir, attemptId)
       yield* Effect.promise(() => mkdir(files.dir, { recursive: true }))
       deps.tracker.track(namespace, name, job)
       const created = job.metadata?.creationTimestamp
-      return Option.some(
-        yield* deps.startFollowing({
-          namespace,
-          name,
-          rolloutId: a[ANNOTATION_ROLLOUT_ID] ?? "",
-          attemptId,
-          container: a[ANNOTATION_CONTAINER],
-          maxLogBytes: Number(a[ANNOTATION_MAX_LOG_BYTES] ?? 1 << 20),
-          giveUpAt: Number(a[ANNOTATION_GIVE_UP_AT] ?? Date.now() + 3_600_000),
-          startedAt: created === undefined ? Date.now() : new Date(created).getTime(),
-          files
-        })
-      )
+      const handle = yield* deps.startFollowing({
+        namespace,
+        name,
+        rolloutId: a[ANNOTATION_ROLLOUT_ID] ?? "",
+        attemptId,
+        container: a[ANNOTATION_CONTAINER],
+        maxLogBytes: Number(a[ANNOTATION_MAX_LOG_BYTES] ?? 1 << 20),
+        giveUpAt: Number(a[ANNOTATION_GIVE_UP_AT] ?? Date.now() + 3_600_000),
+        startedAt: created === undefined ? Date.now() : new Date(created).getTime(),
+        files
+      })
+      return { _tag: "Following", handle } as const
     })
 
   const adopt: Effect.Effect<ReadonlyArray<AdoptedAttempt>, LaunchError, Scope.Scope> = Effect.gen(function*() {
@@ -87,8 +87,8 @@ export const makeAdoption = (deps: AdoptionDeps) => {
       yield* deps.watchNamespace(namespace)
       const { items } = yield* api.listJobs(namespace, selector).pipe(Effect.mapError(toApiError))
       for (const job of items) {
-        const handle = yield* adoptJob(namespace, job)
-        if (Option.isSome(handle)) out.push({ _tag: "Following", handle: handle.value })
+        const adopted = yield* adoptJob(namespace, job)
+        if (adopted !== null) out.push(adopted)
       }
     }
     return out
@@ -113,10 +113,9 @@ export const makeAdoption = (deps: AdoptionDeps) => {
       const job = found.value
       if (job.metadata?.annotations?.[ANNOTATION_ATTEMPT_ID] !== h.attemptId) return gone(h.attemptId, null, `Job ${name} belongs to another attempt`)
       const current = ownerOf(job)
-      const mine = current === deps.ownerLabel ? job : yield* api.patchJobOwner(h.namespace, name, LABEL_OWNER, current, deps.ownerLabel)
+      const mine = current === ownerLabel ? job : yield* api.patchJobOwner(h.namespace, name, LABEL_OWNER, current, ownerLabel)
       yield* Effect.logInfo(`took over Job ${name} (attempt ${h.attemptId}) from launcher ${current ?? "(none)"}`)
-      const handle = yield* adoptJob(h.namespace, mine)
-      return Option.isSome(handle) ? ({ _tag: "Following", handle: handle.value } as const) : null
+      return yield* adoptJob(h.namespace, mine)
     }).pipe(
       Effect.catchAll((e) =>
         e.status === 404

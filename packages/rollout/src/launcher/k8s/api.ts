@@ -7,7 +7,7 @@
  * The verbs used are exactly those `examples/k8s/rbac.yaml` grants: Jobs create, get, list,
  * watch, patch (a take-over relabels the owner), delete; pods get, list, watch; pods/log get.
  */
-import { ApiException, BatchV1Api, CoreV1Api, type KubeConfig, type V1Job, type V1Pod, Watch } from "@kubernetes/client-node"
+import { ApiException, BatchV1Api, CoreV1Api, type KubeConfig, type V1Job, Watch } from "@kubernetes/client-node"
 import { Data, Duration, Effect, Option } from "effect"
 
 export class KubeRequestError extends Data.TaggedError("KubeRequestError")<{
@@ -33,7 +33,7 @@ export const isRetryableStatus = (e: KubeRequestError) => e.status === null || e
 
 const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
   if (e instanceof ApiException) {
-    const body = (typeof e.body === "string" ? safeJson(e.body) : e.body) as { reason?: string; message?: string } | undefined
+    const body = (typeof e.body === "string" ? Option.getOrUndefined(parseJson(e.body)) : e.body) as { reason?: string; message?: string } | undefined
     const retryAfter = Number(e.headers?.["retry-after"])
     return new KubeRequestError({
       operation,
@@ -46,36 +46,21 @@ const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
   return new KubeRequestError({ operation, status: null, reason: null, message: `${operation}: ${(e as Error)?.message ?? String(e)}`, retryAfterMs: null })
 }
 
-const safeJson = (s: string): unknown => {
-  try {
-    return JSON.parse(s)
-  } catch {
-    return undefined
-  }
-}
+const parseJson = Option.liftThrowable((s: string): unknown => JSON.parse(s))
 
 export interface ListResult<A> {
   readonly items: ReadonlyArray<A>
   readonly resourceVersion: string | undefined
 }
 
-export interface KubeApi {
-  readonly createJob: (namespace: string, job: V1Job) => Effect.Effect<V1Job, KubeRequestError>
-  readonly readJob: (namespace: string, name: string) => Effect.Effect<Option.Option<V1Job>, KubeRequestError>
-  /** Background propagation: the Job goes at once, its pods are garbage-collected. 404 counts as done. */
-  readonly deleteJob: (namespace: string, name: string) => Effect.Effect<void, KubeRequestError>
-  readonly listJobs: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Job>, KubeRequestError>
-  readonly listPods: (namespace: string, labelSelector: string) => Effect.Effect<ListResult<V1Pod>, KubeRequestError>
-  readonly readPodLog: (namespace: string, pod: string, container: string, limitBytes: number) => Effect.Effect<string, KubeRequestError>
-  /**
-   * Relabels a Job's owner (a JSON patch whose `test` op makes it a compare-and-swap: of two
-   * launchers taking over the same Job, the second gets 422 and the Job stays with the first).
-   */
-  readonly patchJobOwner: (namespace: string, name: string, label: string, from: string | undefined, to: string) => Effect.Effect<V1Job, KubeRequestError>
-  readonly watcher: Watch
-}
+const listResult = <A>(l: { readonly items: Array<A>; readonly metadata?: { readonly resourceVersion?: string } }): ListResult<A> => ({
+  items: l.items,
+  resourceVersion: l.metadata?.resourceVersion
+})
 
-export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry): KubeApi => {
+export type KubeApi = ReturnType<typeof makeKubeApi>
+
+export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry) => {
   const batch = kc.makeApiClient(BatchV1Api)
   const core = kc.makeApiClient(CoreV1Api)
 
@@ -94,28 +79,29 @@ export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry): 
   }
 
   return {
-    createJob: (namespace, body) => call(`create Job ${body.metadata?.name}`, () => batch.createNamespacedJob({ namespace, body })),
-    readJob: (namespace, name) =>
+    createJob: (namespace: string, body: V1Job) => call(`create Job ${body.metadata?.name}`, () => batch.createNamespacedJob({ namespace, body })),
+    readJob: (namespace: string, name: string): Effect.Effect<Option.Option<V1Job>, KubeRequestError> =>
       call(`read Job ${name}`, () => batch.readNamespacedJob({ namespace, name })).pipe(
         Effect.map(Option.some),
         Effect.catchIf((e) => e.status === 404, () => Effect.succeed(Option.none()))
       ),
-    deleteJob: (namespace, name) =>
+    /** Background propagation: the Job goes at once, its pods are garbage-collected. 404 counts as done. */
+    deleteJob: (namespace: string, name: string): Effect.Effect<void, KubeRequestError> =>
       call(`delete Job ${name}`, () => batch.deleteNamespacedJob({ namespace, name, propagationPolicy: "Background" })).pipe(
         Effect.asVoid,
         Effect.catchIf((e) => e.status === 404, () => Effect.void)
       ),
-    listJobs: (namespace, labelSelector) =>
-      call(`list Jobs in ${namespace}`, () => batch.listNamespacedJob({ namespace, labelSelector })).pipe(
-        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
-      ),
-    listPods: (namespace, labelSelector) =>
-      call(`list pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector })).pipe(
-        Effect.map((l) => ({ items: l.items, resourceVersion: l.metadata?.resourceVersion }))
-      ),
-    readPodLog: (namespace, name, container, limitBytes) =>
+    listJobs: (namespace: string, labelSelector: string) =>
+      call(`list Jobs in ${namespace}`, () => batch.listNamespacedJob({ namespace, labelSelector })).pipe(Effect.map(listResult)),
+    listPods: (namespace: string, labelSelector: string) =>
+      call(`list pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector })).pipe(Effect.map(listResult)),
+    readPodLog: (namespace: string, name: string, container: string, limitBytes: number) =>
       call(`read log of pod ${name}`, () => core.readNamespacedPodLog({ namespace, name, container, limitBytes })),
-    patchJobOwner: (namespace, name, label, from, to) => {
+    /**
+     * Relabels a Job's owner (a JSON patch whose `test` op makes it a compare-and-swap: of two
+     * launchers taking over the same Job, the second gets 422 and the Job stays with the first).
+     */
+    patchJobOwner: (namespace: string, name: string, label: string, from: string | undefined, to: string) => {
       const path = `/metadata/labels/${label.replace(/~/g, "~0").replace(/\//g, "~1")}`
       const body = from === undefined ? [{ op: "add", path, value: to }] : [{ op: "test", path, value: from }, { op: "replace", path, value: to }]
       return call(`relabel Job ${name}`, () => batch.patchNamespacedJob({ namespace, name, body }))

@@ -29,8 +29,6 @@ export interface JobObservation {
   readonly pods: ReadonlyArray<V1Pod>
 }
 
-const running: JobVerdict = { _tag: "Running" }
-
 const IMAGE_PULL = new Set(["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"])
 const EVICTED = new Set(["Evicted", "Preempting", "Terminated", "Shutdown", "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"])
 
@@ -104,7 +102,7 @@ export const classifyJob = (obs: JobObservation, container?: string): JobVerdict
     }
   }
   if (obs.jobGone) return { _tag: "Infra", reason: "lost", retryable: true, message: "the Job was deleted before it finished" }
-  return running
+  return { _tag: "Running" }
 }
 
 /** Most recent pods last (log capture takes the last one). */

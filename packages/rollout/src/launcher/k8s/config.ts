@@ -15,7 +15,6 @@ export type KubeConfigSource =
   /** KUBECONFIG, ~/.kube/config, or the in-cluster service account. */
   | { readonly _tag: "Default"; readonly context?: string }
   | { readonly _tag: "File"; readonly path: string; readonly context?: string }
-  | { readonly _tag: "InCluster" }
   /** An explicit server (tests, or a proxy such as `kubectl proxy`). */
   | { readonly _tag: "Server"; readonly server: string; readonly token?: string; readonly skipTLSVerify?: boolean }
   | { readonly _tag: "Instance"; readonly kubeConfig: KubeConfig }
@@ -43,9 +42,6 @@ export const loadKubeConfig = (source: KubeConfigSource = { _tag: "Default" }): 
             contexts: [{ name: "reins", cluster: "reins", user: "reins" }],
             currentContext: "reins"
           })
-          return kc
-        case "InCluster":
-          kc.loadFromCluster()
           return kc
         case "File":
           kc.loadFromFile(source.path)

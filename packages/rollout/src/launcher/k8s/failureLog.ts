@@ -7,16 +7,14 @@
  */
 import { Clock, Duration, Effect } from "effect"
 
-export interface FailureLog {
-  /** `kind` groups failures for the rate limit (e.g. `create 403`); `message` is what is logged. */
-  readonly warn: (kind: string, message: string) => Effect.Effect<void>
-}
+export type FailureLog = ReturnType<typeof makeFailureLog>
 
-export const makeFailureLog = (every: Duration.DurationInput = "10 seconds"): FailureLog => {
+export const makeFailureLog = (every: Duration.DurationInput = "10 seconds") => {
   const intervalMs = Duration.toMillis(Duration.decode(every))
   const kinds = new Map<string, { lastAt: number; folded: number }>()
   return {
-    warn: (kind, message) =>
+    /** `kind` groups failures for the rate limit (e.g. `create 403`); `message` is what is logged. */
+    warn: (kind: string, message: string): Effect.Effect<void> =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
         const seen = kinds.get(kind)
         if (seen !== undefined && now - seen.lastAt < intervalMs) {

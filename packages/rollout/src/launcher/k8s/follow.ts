@@ -44,7 +44,7 @@ export interface Followed {
 }
 
 type Decision =
-  | JobVerdict
+  | Exclude<JobVerdict, { readonly _tag: "Running" }>
   | { readonly _tag: "Cancel"; readonly reason: string }
   | { readonly _tag: "GiveUp" }
   | { readonly _tag: "TakenOver"; readonly owner: string }
@@ -101,19 +101,15 @@ export const makeFollower = (deps: FollowerDeps) => {
           durationMs,
           logs
         })
-      case "Running":
-        throw new Error("unreachable: a running verdict is never final")
     }
   }
 
+  /** An infrastructure outcome without logs (none were captured); a hand-over is never retried: its Job runs on. */
+  const infraWithoutLogs = (f: Followed, reason: "handed-over" | "node-lost", message: string) =>
+    new AttemptInfraFailed({ reason, retryable: reason === "node-lost", message, durationMs: Date.now() - f.startedAt, logs: null })
+
   const takenOver = (f: Followed, owner: string) =>
-    new AttemptInfraFailed({
-      reason: "handed-over",
-      retryable: false,
-      message: `Job ${f.name} was taken over by launcher ${owner}, which follows it now`,
-      durationMs: Date.now() - f.startedAt,
-      logs: null
-    })
+    infraWithoutLogs(f, "handed-over", `Job ${f.name} was taken over by launcher ${owner}, which follows it now`)
 
   /**
    * The launcher is shutting down (its node stops). "delete": no Job outlives it, and the
@@ -124,25 +120,10 @@ export const makeFollower = (deps: FollowerDeps) => {
     deps.leaveJobs
       ? Deferred.succeed(
         done,
-        new AttemptInfraFailed({
-          reason: "handed-over",
-          retryable: false,
-          message: `the launcher stopped following Job ${f.name} and left it running for another launcher to take over`,
-          durationMs: Date.now() - f.startedAt,
-          logs: null
-        })
+        infraWithoutLogs(f, "handed-over", `the launcher stopped following Job ${f.name} and left it running for another launcher to take over`)
       )
       : deleteOwned(f).pipe(
-        Effect.zipRight(Deferred.succeed(
-          done,
-          new AttemptInfraFailed({
-            reason: "node-lost",
-            retryable: true,
-            message: `the launcher stopped (its node shut down) and deleted Job ${f.name}`,
-            durationMs: Date.now() - f.startedAt,
-            logs: null
-          })
-        ))
+        Effect.zipRight(Deferred.succeed(done, infraWithoutLogs(f, "node-lost", `the launcher stopped (its node shut down) and deleted Job ${f.name}`)))
       )
 
   /** The follower of one attempt: waits for the verdict, cleans up, captures logs, completes `done`. */

@@ -16,13 +16,13 @@
  */
 import type { V1Job } from "@kubernetes/client-node"
 import { type HarnessSpec, type KubernetesHarnessSpec, LaunchConfigError, type LaunchError } from "@reins/protocol"
-import { Context, Duration, Effect, Layer, Scope } from "effect"
+import { Duration, Effect, Scope } from "effect"
 import { attemptVariables, taskInputJson } from "../../harness/env.js"
 import { prepareAttemptFiles } from "../../harness/files.js"
 import { requireKubernetes } from "../../harness/spec.js"
 import type { AttemptHandle, AttemptSpec, Launcher } from "../Launcher.js"
 import { makeAdoption } from "./adopt.js"
-import { defaultRetry, makeKubeApi, type RetryPolicy } from "./api.js"
+import { makeKubeApi, type RetryPolicy } from "./api.js"
 import { clientRefusal, type KubeConfigSource, loadKubeConfig } from "./config.js"
 import { createJob } from "./create.js"
 import { makeFailureLog } from "./failureLog.js"
@@ -31,7 +31,7 @@ import { ANNOTATION_CONTAINER, ANNOTATION_GIVE_UP_AT, jobName, labelValue, owner
 import { buildJob, defaultJobTemplate, type JobTemplate, loadJobTemplateFile } from "./template.js"
 import { makeTokenBucket, type RateLimit } from "./tokenBucket.js"
 import { JobTracker } from "./tracker.js"
-import { followCollection, type WatchStats } from "./watch.js"
+import { followCollection, type FollowOptions, type WatchStats } from "./watch.js"
 
 export interface KubernetesLauncherOptions {
   /** Pod logs and task files go under `<dataDir>/attempts/`. */
@@ -71,7 +71,7 @@ export const makeKubernetesLauncher = (
 ): Effect.Effect<KubernetesJobLauncher, LaunchConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const kc = yield* loadKubeConfig(options.kubeConfig)
-    const api = makeKubeApi(kc, options.retry ?? defaultRetry)
+    const api = makeKubeApi(kc, options.retry)
     const owner = options.owner ?? "reins"
     const ownerLabel = labelValue(owner)
     const bucket = yield* makeTokenBucket(options.createRate ?? { perSecond: 10, burst: 20 })
@@ -91,33 +91,26 @@ export const makeKubernetesLauncher = (
       Effect.suspend(() => {
         if (watched.has(namespace) || refusal !== null) return Effect.void
         watched.add(namespace)
-        const jobStats: WatchStats = { watches: 0, relists: 0, events: 0 }
-        const podStats: WatchStats = { watches: 0, relists: 0, events: 0 }
-        stats.set(`${namespace}/jobs`, jobStats)
-        stats.set(`${namespace}/pods`, podStats)
+        const follow = <A>(collection: "jobs" | "pods", source: Pick<FollowOptions<A>, "path" | "labelSelector" | "list" | "onList" | "onEvent">) => {
+          const counters: WatchStats = { watches: 0, relists: 0, events: 0 }
+          stats.set(`${namespace}/${collection}`, counters)
+          return followCollection({ api, ...source, reconcileEvery, stats: counters, failures })
+        }
         const jobs = ownerSelector(owner)
         return Effect.all([
-          followCollection({
-            api,
+          follow("jobs", {
             path: `/apis/batch/v1/namespaces/${namespace}/jobs`,
             labelSelector: jobs,
             list: api.listJobs(namespace, jobs),
             onList: (items) => tracker.syncJobs(namespace, items),
-            onEvent: (type, job) => tracker.onJobEvent(type, job),
-            reconcileEvery,
-            stats: jobStats,
-            failures
+            onEvent: (type, job) => tracker.onJobEvent(type, job)
           }),
-          followCollection({
-            api,
+          follow("pods", {
             path: `/api/v1/namespaces/${namespace}/pods`,
             labelSelector: REINS_SELECTOR,
             list: api.listPods(namespace, REINS_SELECTOR),
             onList: (pods) => tracker.syncPods(namespace, pods),
-            onEvent: (type, pod) => tracker.onPodEvent(type, pod),
-            reconcileEvery,
-            stats: podStats,
-            failures
+            onEvent: (type, pod) => tracker.onPodEvent(type, pod)
           })
         ], { discard: true }).pipe(Scope.extend(launcherScope))
       })
@@ -137,7 +130,6 @@ export const makeKubernetesLauncher = (
       tracker,
       dataDir: options.dataDir,
       owner,
-      ownerLabel,
       namespaces: options.namespaces ?? ["default"],
       handles,
       watchNamespace,
@@ -215,8 +207,3 @@ const templateParams = (spec: AttemptSpec, h: HarnessSpec, k: KubernetesHarnessS
   grace_s: h.grace_s,
   ttl_s: k.ttl_s
 })
-
-export class KubernetesLauncher extends Context.Tag("@reins/rollout/KubernetesLauncher")<KubernetesLauncher, KubernetesJobLauncher>() {
-  /** The launcher and its watches live as long as the layer. */
-  static readonly layer = (options: KubernetesLauncherOptions) => Layer.scoped(KubernetesLauncher, makeKubernetesLauncher(options))
-}

@@ -79,11 +79,7 @@ export class JobTracker {
   /** Merges a fresh list of a Job's pods (used right before the verdict is final). Pods gone since keep their last state. */
   setPods(name: string, pods: ReadonlyArray<V1Pod>): void {
     const e = this.entries.get(name)
-    if (e === undefined) return
-    for (const p of pods) {
-      if (p.metadata?.name && supersedes(p, e.pods.get(p.metadata.name) ?? null)) e.pods.set(p.metadata.name, p)
-    }
-    this.notify(e)
+    if (e !== undefined) pods.forEach((pod) => this.putPod(e, pod))
   }
 
   /** Waits until `pick` returns a value for the Job's observation. */
@@ -109,17 +105,11 @@ export class JobTracker {
     })
   }
 
-  onPodEvent(type: WatchEventType, pod: V1Pod): Effect.Effect<void> {
+  onPodEvent(_type: WatchEventType, pod: V1Pod): Effect.Effect<void> {
+    // Whatever the event (DELETED too), a pod keeps its last state: it still tells how the attempt ended.
     return Effect.sync(() => {
-      const job = jobOfPod(pod)
-      const e = job === undefined ? undefined : this.entries.get(job)
-      const podName = pod.metadata?.name
-      if (e === undefined || podName === undefined) return
-      // A deleted pod keeps its last state: it still tells how the attempt ended.
-      if (!supersedes(pod, e.pods.get(podName) ?? null)) return
-      e.pods.set(podName, pod)
-      this.notify(e)
-      void type
+      const e = this.entryOfPod(pod)
+      if (e !== undefined) this.putPod(e, pod)
     })
   }
 
@@ -148,14 +138,23 @@ export class JobTracker {
   syncPods(namespace: string, pods: ReadonlyArray<V1Pod>): Effect.Effect<void> {
     return Effect.sync(() => {
       for (const pod of pods) {
-        const job = jobOfPod(pod)
-        const e = job === undefined ? undefined : this.entries.get(job)
-        if (e !== undefined && e.namespace === namespace && pod.metadata?.name && supersedes(pod, e.pods.get(pod.metadata.name) ?? null)) {
-          e.pods.set(pod.metadata.name, pod)
-          this.notify(e)
-        }
+        const e = this.entryOfPod(pod)
+        if (e !== undefined && e.namespace === namespace) this.putPod(e, pod)
       }
     })
+  }
+
+  private entryOfPod(pod: V1Pod): Entry | undefined {
+    const job = jobOfPod(pod)
+    return job === undefined ? undefined : this.entries.get(job)
+  }
+
+  /** Stores the pod's state unless it is older than the one kept (see `supersedes`). */
+  private putPod(e: Entry, pod: V1Pod): void {
+    const podName = pod.metadata?.name
+    if (!podName || !supersedes(pod, e.pods.get(podName) ?? null)) return
+    e.pods.set(podName, pod)
+    this.notify(e)
   }
 
   private setJob(name: string, job: V1Job): void {

@@ -26,9 +26,9 @@ export interface FollowOptions<A> {
   readonly onEvent: (type: WatchEventType, object: A) => Effect.Effect<void>
   readonly reconcileEvery: Duration.DurationInput
   /** Counters for observability and tests. */
-  readonly stats?: WatchStats
-  /** Where list and watch failures are logged (rate-limited); default: every one as a warning. */
-  readonly failures?: FailureLog
+  readonly stats: WatchStats
+  /** Where list and watch failures are logged (rate-limited). */
+  readonly failures: FailureLog
 }
 
 export interface WatchStats {
@@ -54,7 +54,7 @@ const watchOnce = <A>(opts: FollowOptions<A>, resourceVersion: string | undefine
     Effect.gen(function*() {
       const queue = yield* Queue.unbounded<Msg>()
       const startedAt = Date.now()
-      if (opts.stats) opts.stats.watches++
+      opts.stats.watches++
       // `watch` resolves with its AbortController only once the response has started; the
       // finalizer aborts it whenever that happens, so closing never waits on the network.
       const started = opts.api.watcher.watch(
@@ -95,7 +95,7 @@ const watchOnce = <A>(opts: FollowOptions<A>, resourceVersion: string | undefine
         rv = msg.object?.metadata?.resourceVersion ?? rv
         if (msg.type === "BOOKMARK") continue
         if (msg.type === "ADDED" || msg.type === "MODIFIED" || msg.type === "DELETED") {
-          if (opts.stats) opts.stats.events++
+          opts.stats.events++
           yield* opts.onEvent(msg.type, msg.object as A)
         }
       }
@@ -105,13 +105,10 @@ const watchOnce = <A>(opts: FollowOptions<A>, resourceVersion: string | undefine
 const relist = <A>(opts: FollowOptions<A>) =>
   opts.list.pipe(
     Effect.tap((l) => {
-      if (opts.stats) opts.stats.relists++
+      opts.stats.relists++
       return opts.onList(l.items)
     })
   )
-
-const warn = <A>(opts: FollowOptions<A>, kind: string, message: string) =>
-  opts.failures === undefined ? Effect.logWarning(message) : opts.failures.warn(kind, message)
 
 /** Runs until interrupted (forked into the launcher's scope). */
 const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
@@ -124,7 +121,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
         const listed = yield* Effect.either(relist(opts))
         if (listed._tag === "Left") {
           failures++
-          yield* warn(opts, `list ${opts.path} ${listed.left.status ?? "network"}`, `${opts.path}: ${listed.left.message}; relisting after backoff`)
+          yield* opts.failures.warn(`list ${opts.path} ${listed.left.status ?? "network"}`, `${opts.path}: ${listed.left.message}; relisting after backoff`)
           yield* Effect.sleep(backoff(failures))
           continue
         }
@@ -144,7 +141,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
           break
         case "Failed":
           failures++
-          yield* warn(opts, `watch ${opts.path} ${end.status ?? "network"}`, `watch ${opts.path}: ${end.message}; watching again after backoff`)
+          yield* opts.failures.warn(`watch ${opts.path} ${end.status ?? "network"}`, `watch ${opts.path}: ${end.message}; watching again after backoff`)
           yield* Effect.sleep(backoff(failures))
           rv = end.resourceVersion
           break
@@ -154,7 +151,7 @@ const watchLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
 
 const reconcileLoop = <A>(opts: FollowOptions<A>): Effect.Effect<never> =>
   Effect.sleep(opts.reconcileEvery).pipe(
-    Effect.zipRight(relist(opts).pipe(Effect.catchAll((e) => warn(opts, `list ${opts.path} ${e.status ?? "network"}`, `reconcile ${opts.path}: ${e.message}`)))),
+    Effect.zipRight(relist(opts).pipe(Effect.catchAll((e) => opts.failures.warn(`list ${opts.path} ${e.status ?? "network"}`, `reconcile ${opts.path}: ${e.message}`)))),
     Effect.forever
   )
 
