@@ -112,5 +112,15 @@ describe("reins export", () => {
 
     const notEmpty = await exportCli(["--model", base, "--out", out])
     expect(notEmpty.output).toMatch(/--out .* exists and is not empty/)
-  }, 240_000) // four CLI processes, each ~3 s to start here and much more on a loaded machine
+
+    // A broken adapter_config.json is a one-line error naming the file, not a stack trace.
+    const broken = path.join(tmp, "broken-adapter")
+    fs.cpSync(adapterDir, broken, { recursive: true })
+    fs.writeFileSync(path.join(broken, "adapter_config.json"), "{ not json")
+    const bad = await exportCli(["--model", broken, "--out", path.join(tmp, "never"), "--merge-lora"])
+    expect(bad.code).toBe(1)
+    expect(bad.output).toMatch(/reins export: .*adapter_config\.json/)
+    expect(bad.output).not.toMatch(/\n\s+at /)
+    expect(fs.existsSync(path.join(tmp, "never", "model.safetensors"))).toBe(false)
+  }, 300_000) // five CLI processes, each ~3 s to start here and much more on a loaded machine
 })
