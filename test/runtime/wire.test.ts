@@ -13,7 +13,7 @@ import path from "node:path"
 import { WebSocket } from "ws"
 import { testHandlers } from "./fixtures/handlers.js"
 import { TestActor } from "./fixtures/protocol.js"
-import { authenticated, clientInfo, Handshake, waitForFrame, Wire } from "./fixtures/wire.js"
+import { authenticated, clientInfo, Handshake, Transport, waitForFrame, Wire } from "./fixtures/wire.js"
 
 const secret = Redacted.make("wire-test-secret-0123456789abcdef")
 const other = Redacted.make("some-other-secret-0123456789abcdef")
@@ -140,4 +140,46 @@ describe("a node under bad input", () => {
       // and through all that, the node kept serving
       expect(await stillServing(address)).toEqual([Wire.Kind.ExitOk, expect.any(Number), "pong"])
     }), 30_000)
+})
+
+describe("a connection's frames before it is listened to", () => {
+  it("go through the same guard: a handler that throws on one closes the connection (1011)", async () => {
+    const warnings: Array<string> = []
+    const thrown: Array<unknown> = []
+    const scope = Effect.runSync(Scope.make())
+    try {
+      const { port } = await Effect.runPromise(
+        Transport.listen({
+          host: "127.0.0.1",
+          port: 0,
+          secret,
+          self: () => serverInfo,
+          maxFrameBytes: 1 << 20,
+          health: () => ({}),
+          logs: { warn: (m) => void warnings.push(m) },
+          // listened to only later, so the client's first frame waits in the connection
+          onConnection: (connection) =>
+            void setTimeout(() => {
+              try {
+                connection.listen({
+                  onFrame: () => {
+                    throw new Error("handler failed")
+                  },
+                  onClose: () => {}
+                })
+              } catch (e) {
+                thrown.push(e)
+              }
+            }, 200)
+        }).pipe(Scope.extend(scope))
+      )
+      const client = await authenticated(`ws://127.0.0.1:${port}`, secret)
+      client.ws.send(Wire.encode([Wire.Kind.Gossip, new Uint8Array(4)]))
+      expect(await client.closed).toBe(1011)
+      expect(thrown).toEqual([])
+      expect(warnings.some((w) => w.includes("bad frame") && w.includes("handler failed"))).toBe(true)
+    } finally {
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+    }
+  }, 20_000)
 })

@@ -95,6 +95,20 @@ const makeConnection = (
     logs.warn(`closing connection from ${peer.id} (${remote}): ${reason}`)
     close(code, reason)
   }
+  // frames that arrived before `listen` go through the same guard as later ones: a handler that
+  // throws closes the connection (1011) instead of throwing out of `listen`. They are delivered
+  // even when the peer has closed since (its last frames, a Leave, still count), later ones not.
+  const deliver = (h: ConnectionHandlers, frames: ReadonlyArray<Wire.Frame>, backlog = false) => {
+    const closedBefore = closed !== undefined
+    for (const frame of frames) {
+      if (closed && !(backlog && closedBefore)) return
+      try {
+        h.onFrame(frame)
+      } catch (error) {
+        return violation(1011, `bad frame ${String(frame[0])}: ${(error as Error).message}`)
+      }
+    }
+  }
   ws.on("close", (code, reason) => fireClose(code, reason.toString()))
   // ws reports an oversized or malformed websocket frame here, then closes (1009/1002)
   ws.on("error", (error) => logs.warn(`closing connection from ${peer.id} (${remote}): ${error.message}`))
@@ -122,7 +136,7 @@ const makeConnection = (
     close,
     listen: (h) => {
       handlers = h
-      for (const frame of early.splice(0)) h.onFrame(frame)
+      deliver(h, early.splice(0), true)
       if (closed) h.onClose(closed.code, closed.reason)
     },
     receive: (data, isBinary) => {
@@ -134,18 +148,8 @@ const makeConnection = (
       } catch (error) {
         return violation(1007, (error as Error).message)
       }
-      if (handlers === undefined) {
-        early.push(...frames)
-        return
-      }
-      for (const frame of frames) {
-        if (closed) return
-        try {
-          handlers.onFrame(frame)
-        } catch (error) {
-          return violation(1011, `bad frame ${String(frame[0])}: ${(error as Error).message}`)
-        }
-      }
+      if (handlers === undefined) early.push(...frames)
+      else deliver(handlers, frames)
     }
   }
 }

@@ -3,7 +3,7 @@
  * On the wasm backend every (row, head) product is a rank-2 XNNPACK matmul (the only fast matmul
  * there, see ops.ts) and layout changes, rotary embedding and masking are JS loops over reused
  * buffers; elsewhere plain tfjs ops with autodiff (`attentionReference`), which the wasm path is
- * tested to agree with, values and gradients (test/policy/ops.test.ts).
+ * tested to agree with, values and gradients (test/policy/model.test.ts).
  */
 import * as tf from "@tensorflow/tfjs"
 import { backward, BufferPool, isWasm, Scratch, upload, view } from "./heap.js"

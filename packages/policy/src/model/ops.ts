@@ -13,7 +13,7 @@
  *   from a view instead of multiplying by a one-hot [N, vocab] matrix.
  *
  * On other backends (cpu, tensorflow) the plain tfjs formulation is used, and it is the
- * reference the fast paths are tested against (test/policy/ops.test.ts).
+ * reference the fast paths are tested against (test/policy/model.test.ts).
  */
 import * as tf from "@tensorflow/tfjs"
 import type { RopeScaling } from "./config.js"
