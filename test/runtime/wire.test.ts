@@ -146,6 +146,8 @@ describe("a connection's frames before it is listened to", () => {
   it("go through the same guard: a handler that throws on one closes the connection (1011)", async () => {
     const warnings: Array<string> = []
     const thrown: Array<unknown> = []
+    let accepted: (connection: Transport.Connection) => void = () => {}
+    const connection = new Promise<Transport.Connection>((resolve) => (accepted = resolve))
     const scope = Effect.runSync(Scope.make())
     try {
       const { port } = await Effect.runPromise(
@@ -157,24 +159,24 @@ describe("a connection's frames before it is listened to", () => {
           maxFrameBytes: 1 << 20,
           health: () => ({}),
           logs: { warn: (m) => void warnings.push(m) },
-          // listened to only later, so the client's first frame waits in the connection
-          onConnection: (connection) =>
-            void setTimeout(() => {
-              try {
-                connection.listen({
-                  onFrame: () => {
-                    throw new Error("handler failed")
-                  },
-                  onClose: () => {}
-                })
-              } catch (e) {
-                thrown.push(e)
-              }
-            }, 200)
+          // listened to only once the client's frame is in (below), so it waits in the connection
+          onConnection: (connection) => accepted(connection)
         }).pipe(Scope.extend(scope))
       )
       const client = await authenticated(`ws://127.0.0.1:${port}`, secret)
+      const server = await connection
       client.ws.send(Wire.encode([Wire.Kind.Gossip, new Uint8Array(4)]))
+      await new Promise((r) => setTimeout(r, 300)) // the frame crosses loopback before anyone listens
+      try {
+        server.listen({
+          onFrame: () => {
+            throw new Error("handler failed")
+          },
+          onClose: () => {}
+        })
+      } catch (e) {
+        thrown.push(e)
+      }
       expect(await client.closed).toBe(1011)
       expect(thrown).toEqual([])
       expect(warnings.some((w) => w.includes("bad frame") && w.includes("handler failed"))).toBe(true)

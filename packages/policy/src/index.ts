@@ -32,6 +32,7 @@ export {
   WEIGHTS_FILE,
   GENERATION_CONFIG_FILE,
   OPTIMIZER_FILE,
+  readAdapterConfig,
   type ModelDir,
   type OptimizerState
 } from "./checkpoint/modelDir.js"

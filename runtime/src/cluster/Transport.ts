@@ -95,13 +95,12 @@ const makeConnection = (
     logs.warn(`closing connection from ${peer.id} (${remote}): ${reason}`)
     close(code, reason)
   }
-  // frames that arrived before `listen` go through the same guard as later ones: a handler that
-  // throws closes the connection (1011) instead of throwing out of `listen`. They are delivered
-  // even when the peer has closed since (its last frames, a Leave, still count), later ones not.
-  const deliver = (h: ConnectionHandlers, frames: ReadonlyArray<Wire.Frame>, backlog = false) => {
-    const closedBefore = closed !== undefined
+  // Every frame goes through the same guard: a handler that throws closes the connection (1011).
+  // Delivery stops when a handler closes it, except for frames a peer sent before it closed and
+  // that waited for `listen` (its last frames, a Leave, still count).
+  const deliver = (h: ConnectionHandlers, frames: ReadonlyArray<Wire.Frame>, stopWhenClosed: boolean) => {
     for (const frame of frames) {
-      if (closed && !(backlog && closedBefore)) return
+      if (stopWhenClosed && closed) return
       try {
         h.onFrame(frame)
       } catch (error) {
@@ -136,7 +135,7 @@ const makeConnection = (
     close,
     listen: (h) => {
       handlers = h
-      deliver(h, early.splice(0), true)
+      deliver(h, early.splice(0), closed === undefined)
       if (closed) h.onClose(closed.code, closed.reason)
     },
     receive: (data, isBinary) => {
@@ -149,7 +148,7 @@ const makeConnection = (
         return violation(1007, (error as Error).message)
       }
       if (handlers === undefined) early.push(...frames)
-      else deliver(handlers, frames)
+      else deliver(handlers, frames, true)
     }
   }
 }

@@ -129,7 +129,7 @@ export const readModelConfig = (dir: string): Effect.Effect<ModelConfig, Checkpo
   })
 
 /** A LoRA checkpoint's adapter_config.json, and the base model's directory it names. */
-const readAdapterConfig = (dir: string) =>
+export const readAdapterConfig = (dir: string) =>
   Effect.gen(function* () {
     const file = path.join(dir, ADAPTER_CONFIG_FILE)
     const raw = (yield* readJson(file)) as Record<string, unknown>

@@ -31,21 +31,6 @@ const DTYPES = { bf16: "bfloat16", f16: "float16", f32: "float32" } as const
 /** Tokenizer files a Hugging Face directory may carry besides tokenizer.json. */
 const TOKENIZER_EXTRAS = ["tokenizer_config.json", "special_tokens_map.json"]
 
-/** The base model directory an adapter's adapter_config.json names. */
-const adapterBase = (file: string) =>
-  Effect.tryPromise({ try: () => fs.readFile(file, "utf8"), catch: (e) => new ExportError({ message: `reading ${file}: ${String(e)}` }) }).pipe(
-    Effect.flatMap((text) =>
-      Effect.try({
-        try: () => JSON.parse(text).base_model_name_or_path as unknown,
-        catch: (e) => new ExportError({ message: `${file}: not JSON (${String(e)})` })
-      })
-    ),
-    Effect.filterOrFail(
-      (base): base is string => typeof base === "string" && base !== "",
-      () => new ExportError({ message: `${file}: base_model_name_or_path must name the base model directory` })
-    )
-  )
-
 const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Option.Option<"bf16" | "f16" | "f32"> }) =>
   Effect.gen(function* () {
     // Loaded on use: TensorFlow.js is no part of the other commands' start-up.
@@ -62,7 +47,7 @@ const run = (args: { model: string; out: string; mergeLora: boolean; dtype: Opti
     const target = { ...hf, dtype: Option.match(args.dtype, { onNone: () => hf.dtype, onSome: (d) => DTYPES[d] }) }
     yield* policy.saveModelDir(args.out, { ...loaded, hf: target })
     // A loaded Hugging Face model keeps its tokenizer_config.json (special tokens, template) too.
-    const source = isAdapter ? path.resolve(args.model, yield* adapterBase(path.join(args.model, policy.ADAPTER_CONFIG_FILE))) : args.model
+    const source = isAdapter ? (yield* policy.readAdapterConfig(args.model)).baseDir : args.model
     for (const file of TOKENIZER_EXTRAS) {
       const from = path.join(source, file)
       if (existsSync(from)) {
