@@ -180,6 +180,9 @@ describe("Kubernetes rollout nodes", () => {
         }
         expect(d.deletes.map((x) => x.name).sort()).toEqual(ofB) // none of a's, ever
         expect(d.creates).toHaveLength(6)
+        // node a goes too, so the next test's cluster (same secret) never meets it
+        a.process.kill("SIGTERM")
+        expect(yield* exited(a)).toBe(0)
       }).pipe(Effect.provide(controllerLayers(a.address, "controller-1")))
     }), { timeout: 180_000 })
 
@@ -209,8 +212,16 @@ describe("Kubernetes rollout nodes", () => {
             ))
         // Both, not only the joiner: a launch to a launcher this node does not know yet fails at
         // once, inside a forked fiber, and the wait for its pod below would only time out.
-        const reachable = (id: string) => Effect.option(Effect.flatMap(launcher(id), (r) => r.Capacity()))
-        yield* poll("both launchers reachable", Effect.map(Effect.all([reachable(a.id), reachable(b.id)]), (os) => (os.every((o) => o._tag === "Some") ? os : undefined)))
+        const why: Record<string, unknown> = {} // each launcher's last error, for the failure message
+        const reachable = (id: string) =>
+          Effect.flatMap(launcher(id), (r) => r.Capacity()).pipe(
+            Effect.tapBoth({ onFailure: (e) => Effect.sync(() => (why[id] = e)), onSuccess: () => Effect.sync(() => delete why[id]) }),
+            Effect.option
+          )
+        yield* poll(
+          "both launchers reachable",
+          Effect.map(Effect.all([reachable(a.id), reachable(b.id)]), (os) => (os.every((o) => o._tag === "Some") ? os : undefined))
+        ).pipe(Effect.catchAllDefect((d) => Effect.die(new Error(`${(d as Error).message}: ${JSON.stringify(why)}\n--- ${a.id}:\n${a.output()}\n--- ${b.id}:\n${b.output()}`))))
         const onC = `at-c-${randomBytes(3).toString("hex")}`
         const onD = `at-d-${randomBytes(3).toString("hex")}`
         yield* Effect.forkScoped(finished(a.id, spec(onC)))

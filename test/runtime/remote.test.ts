@@ -9,15 +9,16 @@ import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { testHandlers } from "./fixtures/handlers.js"
+import { freePort } from "./fixtures/processes.js"
 import { TestActor, TestProtocol } from "./fixtures/protocol.js"
 
 const secret = Redacted.make("remote-test-secret-0123456789")
 
-const startNode = (dir: string, name: string, actors: Layer.Layer<never, unknown, ActorSystem>, join?: string) =>
+const startNode = (dir: string, name: string, actors: Layer.Layer<never, unknown, ActorSystem>, join?: string, port?: number) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     const context = yield* Layer.buildWithScope(
-      Node.layer({ dataDir: path.join(dir, name), secret, join: join ? [join] : [], downAfter: "2 seconds" }, actors),
+      Node.layer({ dataDir: path.join(dir, name), secret, join: join ? [join] : [], downAfter: "2 seconds", host: "127.0.0.1", port: port ?? 0 }, actors),
       scope
     )
     return { system: Context.get(context, ActorSystem), node: Context.get(context, Node.CurrentNode), stop: Scope.close(scope, Exit.void) }
@@ -92,6 +93,26 @@ describe("cross-node calls", () => {
       expect(down[0]).toMatchObject({ _tag: "MemberDown", reason: "left", member: { id: a.node.id } })
       const gone = yield* Effect.flip(test.Ping()).pipe(Effect.timeout("2 seconds"))
       expect(gone).toMatchObject({ _tag: "ActorUnavailable", actor: "test", reason: "node-down" })
+    }).pipe(Effect.scoped, Effect.runPromise), 60_000)
+
+  it("a node whose seed starts late still joins it, though another node joined it meanwhile", () =>
+    Effect.gen(function*() {
+      const dir = mkdtempSync(path.join(os.tmpdir(), "reins-remote-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
+      const seedPort = yield* Effect.promise(freePort)
+      // b's seed is not up yet: its first dial is refused
+      const b = yield* startNode(dir, "b", Layer.empty, `ws://127.0.0.1:${seedPort}`)
+      yield* Effect.addFinalizer(() => b.stop)
+      // c joins b, so b is no longer alone when its seed comes up
+      const c = yield* startNode(dir, "c", Layer.empty, b.node.address)
+      yield* Effect.addFinalizer(() => c.stop)
+      yield* eventually(b.system.members, (ms) => ms.some((m) => m.id === c.node.id && m.status === "up"))
+      const seed = yield* startNode(dir, "seed", TestActor.toLayer(testHandlers("seed")), undefined, seedPort)
+      yield* Effect.addFinalizer(() => seed.stop)
+      // one cluster of three: c reaches the seed's actor through what b learned from it
+      for (const node of [b, c, seed]) yield* eventually(node.system.members, (ms) => ms.filter((m) => m.status === "up").length === 3)
+      const test = yield* Effect.provideService(TestActor.client, ActorSystem, c.system)
+      expect(yield* eventually(Effect.either(test.Where()), (e) => e._tag === "Right")).toMatchObject({ right: "seed" })
     }).pipe(Effect.scoped, Effect.runPromise), 60_000)
 
   it("refuses a node with the wrong secret", () =>

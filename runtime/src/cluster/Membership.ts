@@ -83,6 +83,13 @@ export const make = (options: MembershipOptions) =>
     let version = 0
     let leaving = false
     let joinedOnce = false
+    /**
+     * Until a dial to a `--join` address has succeeded, the node keeps dialing them even if other
+     * nodes have connected to it meanwhile: a node that joined *us* while our seed was still
+     * starting does not know the seed's side of the cluster, and without this the two halves
+     * would never meet.
+     */
+    let reachedSeed = false
     const events = yield* PubSub.unbounded<MemberEvent>()
 
     const selfInfo = (): MemberInfo => ({
@@ -210,6 +217,7 @@ export const make = (options: MembershipOptions) =>
       dialing.add(key)
       runFork(
         dialAndRegister(url).pipe(
+          Effect.tap(() => Effect.sync(() => void (options.join.includes(key) && (reachedSeed = true)))),
           Effect.catchAll((error) => {
             notifyLink(key, undefined)
             return quiet ? Effect.logDebug(error.message) : Effect.logWarning(error.message)
@@ -230,7 +238,7 @@ export const make = (options: MembershipOptions) =>
         nextDial.set(id, now + (entry.status === "up" ? heartbeatMs : 5 * heartbeatMs))
         dial(entry.info.address, id, entry.status === "down")
       }
-      if (links.size === 0) {
+      if (links.size === 0 || !reachedSeed) {
         for (const url of options.join) {
           if (dialing.has(url) || now < (nextDial.get(url) ?? 0)) continue
           nextDial.set(url, now + 2 * heartbeatMs)
