@@ -86,15 +86,17 @@ export const barChartSvg = (c: BarChart): string => {
   return parts.join("\n")
 }
 
-export const writeReport = (r: Report): void => {
-  mkdirSync(resultsDir, { recursive: true })
+/** Writes the report into `dir` (default bench/results/). */
+export const writeReport = (r: Report, dir: string = resultsDir): void => {
+  const to = dir.endsWith("/") ? dir : `${dir}/`
+  mkdirSync(to, { recursive: true })
   const json = { ...r.json, machine: machine(), measured_at: new Date().toISOString() }
-  writeFileSync(`${resultsDir}${r.name}.json`, JSON.stringify(json, null, 2) + "\n")
+  writeFileSync(`${to}${r.name}.json`, JSON.stringify(json, null, 2) + "\n")
   const md = [`# ${r.name}`, "", markdownTable(r.table), "", ...(r.notes ?? []).map((n) => `- ${n}`), "", `Machine: ${JSON.stringify(machine())}`, ""]
-  writeFileSync(`${resultsDir}${r.name}.md`, md.join("\n"))
-  writeFileSync(`${resultsDir}${r.name}.svg`, barChartSvg(r.chart) + "\n")
+  writeFileSync(`${to}${r.name}.md`, md.join("\n"))
+  writeFileSync(`${to}${r.name}.svg`, barChartSvg(r.chart) + "\n")
   console.log(md.join("\n"))
-  console.log(`wrote ${resultsDir}${r.name}.{json,md,svg}`)
+  console.log(`wrote ${to}${r.name}.{json,md,svg}`)
 }
 
 /** Percentile over unsorted samples (nearest rank). */

@@ -34,19 +34,13 @@ import {
   initAdapters,
   initBackend,
   loadModel,
-  LoraConfig,
-  loraSites,
   makeEngine,
   memoryNeed,
   type ModelConfig,
-  parameterCount,
-  parameterShapes,
   readModelConfig,
-  Rng,
   saveModelDir,
   trainBpe,
-  wasmMisfit,
-  type Weights
+  wasmMisfit
 } from "@reins/policy"
 import { Effect } from "effect"
 import * as fs from "node:fs/promises"
@@ -54,6 +48,7 @@ import os from "node:os"
 import * as path from "node:path"
 import { writeReport } from "../report.js"
 import { type Arch, benchHfConfig } from "./archs.js"
+import { bandwidthBound, benchWeights, kvBytes, LORA, loraTrainFlops, prefillFlops, weightBytes } from "./costs.js"
 import { writeGguf } from "./gguf.js"
 import { llamaCppDecode } from "./llamaCpp.js"
 import { llamaFamilyGguf } from "./llamaGguf.js"
@@ -66,7 +61,6 @@ const SETTINGS = {
 type Settings = (typeof SETTINGS)["full"]
 const BATCH = 16
 const GOAL = 0.5
-const LORA = new LoraConfig({ rank: 8, alpha: 16, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] })
 const GIB = 2 ** 30
 
 export interface ArchOptions {
@@ -74,54 +68,6 @@ export interface ArchOptions {
   readonly quick: boolean
   readonly threads: ReadonlyArray<number>
   readonly layers?: number
-}
-
-/** F32 bytes of the weights one decoded token reads: all of them but the embedding rows it does not look up (with an untied head). */
-const weightBytes = (c: ModelConfig) => 4 * (parameterCount(c) - (c.tieEmbeddings ? 0 : c.vocabSize * c.dModel))
-/** F32 bytes of one sequence's KV cache at `ctx` tokens. */
-const kvBytes = (c: ModelConfig, ctx: number) => 4 * 2 * c.nLayers * c.kvDim * ctx
-/** Decode tok/s that `gbps` allows for `batch` sequences at context `ctx` (one read of the weights per step). */
-const bandwidthBound = (c: ModelConfig, gbps: number, batch: number, ctx: number) => (batch * gbps * 1e9) / (weightBytes(c) + batch * kvBytes(c, ctx))
-
-/**
- * FLOPs of a LoRA training step, counting what it needs with the base weights frozen: the
- * forward pass; the input gradient of every dense product and of the head (as much again — no
- * weight gradient is computed for a frozen weight); attention's backward (four products to the
- * forward's two: one forward's attention more); the adapters' forward and their two gradients
- * (3 × their forward FLOPs).
- */
-const loraTrainFlops = (c: ModelConfig, tokens: number, seqLen: number) => {
-  const attention = 2 * tokens * c.nLayers * 2 * seqLen * c.qDim
-  const adapters = 2 * tokens * loraSites(c, LORA).reduce((n, site) => n + LORA.rank * (site.rows + site.cols), 0)
-  return 2 * forwardFlops(c, tokens, seqLen) + attention + 3 * adapters
-}
-
-/** Prefill FLOPs as the engine computes them: causal attention (mean (P+1)/2 keys), the head over the last row. */
-const prefillFlops = (c: ModelConfig, p: number) => forwardFlops(c, p, (p + 1) / 2) - 2 * (p - 1) * c.dModel * c.vocabSize
-
-/**
- * Random weights, fast (values do not change the speed of any of this): N(0, 0.02) values copied
- * from one pool of 2^20 at a random offset per tensor, norms 1. Filling them is then as fast as
- * this machine touches fresh memory, where `initWeights` draws every value (a minute for 0.6B).
- */
-const benchWeights = (c: ModelConfig, seed: number): Weights => {
-  const rng = new Rng(seed)
-  const pool = Float32Array.from({ length: 2 ** 20 }, () => 0.02 * rng.normal())
-  const out: Weights = {}
-  for (const [name, shape] of Object.entries(parameterShapes(c))) {
-    const w = new Float32Array(shape.reduce((a, b) => a * b, 1))
-    if (name.endsWith("norm.weight")) w.fill(1)
-    else {
-      let from = rng.nextUint32() % pool.length
-      for (let at = 0; at < w.length; from = 0) {
-        const n = Math.min(pool.length - from, w.length - at)
-        w.set(pool.subarray(from, from + n), at)
-        at += n
-      }
-    }
-    out[name] = w
-  }
-  return out
 }
 
 /** Everything measured on the wasm (tfjs) side for a model that fits. */

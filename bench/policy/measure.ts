@@ -226,14 +226,17 @@ export interface TrainRun {
 }
 
 /** `steps` SFT steps (after `warmup` more) over `rows` × `seqLen` random tokens; median seconds. */
-export const measureTrain = (model: Transformer, options: { readonly rows: number; readonly seqLen: number; readonly steps: number; readonly warmup: number; readonly lr: number }): TrainRun => {
+export const measureTrain = (
+  model: Transformer,
+  options: { readonly rows: number; readonly seqLen: number; readonly steps: number; readonly warmup: number; readonly lr: number; readonly microBatchTokens?: number }
+): TrainRun => {
   const { rows, seqLen } = options
   const rng = new Rng(1)
   const sequences = Array.from({ length: rows }, () => ({
     tokens: Int32Array.from({ length: seqLen + 1 }, () => rng.nextUint32() % model.config.vocabSize),
     weights: new Float32Array(seqLen + 1).fill(1 / (rows * seqLen))
   }))
-  const batches = packSequences(sequences, { maxTokens: 16 * 256, maxSeqLen: seqLen })
+  const batches = packSequences(sequences, { maxTokens: options.microBatchTokens ?? 16 * 256, maxSeqLen: seqLen })
   const optimizer = new AdamW(model.trainable, { lr: options.lr, maxGradNorm: 1 })
   try {
     for (let i = 0; i < options.warmup; i++) trainStep(model, optimizer, batches, { kind: "sft" })

@@ -142,5 +142,6 @@ describe("admin API", () => {
     expect(text).toContain("reins_gateway_held_calls 0")
     expect(text).toContain("reins_gateway_paused 0")
     expect(text).toContain("reins_gateway_tokens_total")
+    expect(text).not.toContain("reins_gateway_device_backend{") // an upstream: no local device
   })
 })

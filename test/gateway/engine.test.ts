@@ -244,4 +244,9 @@ describe("engine path", () => {
     const missing = await openai.models.retrieve("nope").catch((e) => e)
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError)
   })
+
+  it("says in /metrics which backend the policy runs on", async () => {
+    const text = await (await fetch(`${gw.url}/metrics`)).text()
+    expect(text).toContain('reins_gateway_device_backend{backend="wasm"} 1')
+  })
 })

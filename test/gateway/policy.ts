@@ -155,7 +155,7 @@ export const tinyPolicy = async (
     readonly stopIds?: ReadonlyArray<number>
   } = {}
 ): Promise<TinyPolicy> => {
-  await initBackend()
+  const backend = await initBackend()
   const template = ChatTemplate.default()
   const conversations = options.conversations ?? []
   // Teach the tokenizer the rendered training conversations, so prompts stay short.
@@ -175,7 +175,7 @@ export const tinyPolicy = async (
   let version = model.version
   /** What each version served, to score what was sampled under it. */
   const served = new Map<number, Weights>([[version, model.readWeights()]])
-  const generator = EngineGenerator.fromEngine(engine, { id: MODEL_ID, contextLength: config.contextLength, defaultMaxTokens: 64 })
+  const generator = EngineGenerator.fromEngine(engine, { id: MODEL_ID, contextLength: config.contextLength, defaultMaxTokens: 64, backend })
   const format: PromptFormat = { tokenizer, template }
   return {
     modelId: MODEL_ID,

@@ -187,6 +187,9 @@ it("npx reins serve answers a chat completion from the shipped calc base", { tim
     const body = (await res.json()) as { choices?: Array<{ finish_reason: string }> }
     expect(res.status, JSON.stringify(body)).toBe(200)
     expect(body.choices?.[0]?.finish_reason).toMatch(/stop|length|tool_calls/)
+    // the backend the device chose (wasm: no GPU here), in the log and in /metrics
+    expect(serve.output()).toContain("runs on the wasm backend")
+    expect(await (await fetch(`${url}/metrics`)).text()).toContain('reins_gateway_device_backend{backend="wasm"} 1')
     timings.serve = Math.round(performance.now() - t0)
   } finally {
     killGroup(serve.child, "SIGTERM")

@@ -119,6 +119,10 @@ const make = (options: GatewayOptions) =>
       }
     }
     const model = yield* gateBackend(backend).model
+    if (backend._tag === "Engine") {
+      const { backend: device } = yield* backend.generator.info
+      if (device !== undefined) metrics.deviceBackend.set({ backend: device }, 1)
+    }
     yield* store.recordModelVersion({ version: model.version, modelId: model.id }).pipe(
       Effect.mapError((e) => new GatewayStartError({ message: `cannot record the model version: ${e.message}` }))
     )

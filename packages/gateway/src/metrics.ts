@@ -33,6 +33,12 @@ const make = () => {
     held: new Gauge({ name: "reins_gateway_held_calls", help: "Calls waiting at the pause gate", registers }),
     inFlight: new Gauge({ name: "reins_gateway_in_flight_calls", help: "Calls past the gate whose generation has not ended", registers }),
     paused: new Gauge({ name: "reins_gateway_paused", help: "1 while the gateway is paused", registers }),
+    deviceBackend: new Gauge({
+      name: "reins_gateway_device_backend",
+      help: "1 for the TensorFlow.js backend the policy runs on (label backend: tensorflow, webgpu, wasm, cpu)",
+      labelNames: ["backend"],
+      registers
+    }),
     heldSeconds: new Histogram({
       name: "reins_gateway_held_seconds",
       help: "How long calls waited at the pause gate",

@@ -1,49 +1,106 @@
 /**
- * Picks the TensorFlow.js backend the policy runs on, once per process (tfjs backends are global):
+ * Picks the TensorFlow.js backend the policy runs on, once per process (tfjs backends are global).
+ * By default the fastest one that initialises, in this order:
  *
- *   tensorflow  when `@tensorflow/tfjs-node-gpu` or `@tensorflow/tfjs-node` can be imported
- *               (optional peer dependencies: install one on a machine with a GPU or for libtensorflow)
- *   wasm        otherwise: XNNPACK with SIMD, single-threaded. Its .wasm files are loaded from
+ *   tensorflow  `@tensorflow/tfjs-node-gpu` (CUDA): install it on a machine with an NVIDIA GPU
+ *   webgpu      `@tensorflow/tfjs-backend-webgpu` on Dawn (the `webgpu` package, whose Linux x64
+ *               build ships inside it): any GPU with a Vulkan 1.1 driver, no CUDA toolkit
+ *   tensorflow  `@tensorflow/tfjs-node` (libtensorflow on the CPU)
+ *   wasm        XNNPACK with SIMD, single-threaded. Its .wasm files are loaded from
  *               node_modules/@tensorflow/tfjs-backend-wasm/dist, so nothing is ever downloaded.
  *   cpu         the pure-JS fallback (~10x slower than wasm here).
  *
- * `REINS_BACKEND=tensorflow|wasm|cpu` overrides the choice; asking for a backend that cannot
- * load is an error rather than a silent fallback.
+ * The GPU packages are optional: a missing one only removes its backend from the default choice.
+ * `REINS_BACKEND=tensorflow|webgpu|wasm|cpu` picks one by name; one that cannot start is a
+ * one-line error naming what is missing, never a silent fall-back.
  */
 import * as tf from "@tensorflow/tfjs"
 import { Data } from "effect"
+import { existsSync } from "node:fs"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 
-export type BackendName = "tensorflow" | "wasm" | "cpu"
-export const BACKENDS: ReadonlyArray<BackendName> = ["tensorflow", "wasm", "cpu"]
+export type BackendName = "tensorflow" | "webgpu" | "wasm" | "cpu"
+export const BACKENDS: ReadonlyArray<BackendName> = ["tensorflow", "webgpu", "wasm", "cpu"]
 
 export class BackendError extends Data.TaggedError("BackendError")<{ readonly message: string; readonly cause?: unknown }> {}
 
 const require = createRequire(import.meta.url)
 
-/** Imports a module by a name TypeScript does not try to resolve (the node bindings are optional). */
-const importOptional = async (name: string): Promise<boolean> => {
+/** Why a backend could not start: what is missing, in one line. */
+class Missing extends Error {}
+
+/** A package TypeScript and bundlers do not try to resolve (one that may not be installed). */
+const byName = (name: string): Promise<any> => import(name)
+
+/**
+ * Imports a package that may be missing; `Missing` if it is. `load` imports it by a literal name
+ * where it can be (so a bundle includes it), else by `name`.
+ */
+const importOptional = async (name: string, install: string, load: () => Promise<any> = () => byName(name)): Promise<any> => {
   try {
-    await import(name)
-    return true
-  } catch {
-    return false
+    return await load()
+  } catch (e) {
+    const error = e as { code?: string; message?: string }
+    if (error.code === "ERR_MODULE_NOT_FOUND" && String(error.message).includes(`'${name}'`)) {
+      throw new Missing(`the package ${name} is not installed (${install})`)
+    }
+    throw new Missing(`${name} could not be loaded: ${firstLine(error.message)}`)
   }
 }
 
-const loadTensorflow = async (): Promise<boolean> =>
-  (await importOptional("@tensorflow/tfjs-node-gpu")) || (await importOptional("@tensorflow/tfjs-node"))
+const firstLine = (message: unknown) => String(message ?? "").split("\n")[0]!.trim()
 
-const loadWasm = async (): Promise<boolean> => {
-  try {
-    const wasm = await import("@tensorflow/tfjs-backend-wasm")
-    // A prefix: each of its .wasm files (plain, SIMD, threaded SIMD) is loaded from there.
-    wasm.setWasmPaths(join(dirname(require.resolve("@tensorflow/tfjs-backend-wasm/package.json")), "dist") + "/")
-    return true
-  } catch {
-    return false
+const loadTensorflow = async (which: "gpu" | "cpu" | "any"): Promise<void> => {
+  if (which !== "cpu") {
+    try {
+      return void (await importOptional("@tensorflow/tfjs-node-gpu", "npm install @tensorflow/tfjs-node-gpu"))
+    } catch (e) {
+      if (which === "gpu") throw e
+    }
   }
+  try {
+    await importOptional("@tensorflow/tfjs-node", "npm install @tensorflow/tfjs-node")
+  } catch (e) {
+    throw which === "any"
+      ? new Missing("neither @tensorflow/tfjs-node-gpu nor @tensorflow/tfjs-node is installed (npm install @tensorflow/tfjs-node-gpu on a machine with CUDA)")
+      : e
+  }
+}
+
+/** Where the dynamic loader looks for libvulkan.so.1 (Dawn's Vulkan backend needs it). */
+const VULKAN_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib64"]
+const hasVulkanLoader = () =>
+  process.platform !== "linux" ||
+  [...(process.env["LD_LIBRARY_PATH"] ?? "").split(":").filter(Boolean), ...VULKAN_DIRS].some((dir) => existsSync(join(dir, "libvulkan.so.1")))
+
+/**
+ * WebGPU on Dawn: its globals (`GPUBufferUsage`, ...) and `navigator.gpu`, which the tfjs backend
+ * reads, then an adapter. No adapter means no usable GPU: the error says which piece is missing.
+ */
+const loadWebgpu = async (): Promise<void> => {
+  const dawn = await importOptional("webgpu", "npm install webgpu")
+  if (!hasVulkanLoader()) {
+    throw new Missing("no Vulkan loader (libvulkan.so.1) on this machine: install the GPU's Vulkan driver (e.g. libvulkan1 and the vendor's ICD)")
+  }
+  const gpu = dawn.create([])
+  Object.assign(globalThis, dawn.globals)
+  if ((globalThis as { navigator?: unknown }).navigator === undefined) {
+    Object.defineProperty(globalThis, "navigator", { value: { gpu }, configurable: true, writable: true })
+  } else if (!("gpu" in (globalThis as any).navigator)) {
+    Object.defineProperty((globalThis as any).navigator, "gpu", { value: gpu, configurable: true })
+  }
+  const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" })
+  if (adapter === null || adapter === undefined) {
+    throw new Missing("Dawn found no WebGPU adapter: no Vulkan 1.1 device (is the GPU's Vulkan driver installed? vulkaninfo lists the devices)")
+  }
+  await importOptional("@tensorflow/tfjs-backend-webgpu", "npm install @tensorflow/tfjs-backend-webgpu@4.22.0", () => import("@tensorflow/tfjs-backend-webgpu"))
+}
+
+const loadWasm = async (): Promise<void> => {
+  const wasm = await importOptional("@tensorflow/tfjs-backend-wasm", "npm install @tensorflow/tfjs-backend-wasm@4.22.0", () => import("@tensorflow/tfjs-backend-wasm"))
+  // A prefix: each of its .wasm files (plain, SIMD, threaded SIMD) is loaded from there.
+  wasm.setWasmPaths(join(dirname(require.resolve("@tensorflow/tfjs-backend-wasm/package.json")), "dist") + "/")
 }
 
 /**
@@ -65,16 +122,41 @@ const shareIdentityBuffers = (): void => {
   })
 }
 
-const activate = async (name: BackendName): Promise<boolean> => {
-  const loaded = name === "tensorflow" ? await loadTensorflow() : name === "wasm" ? await loadWasm() : true
-  if (!loaded) return false
+/** One way to start a backend: what loads it, and the tfjs backend it registers. */
+interface Candidate {
+  readonly name: BackendName
+  readonly load: () => Promise<void>
+}
+
+const candidate = (name: BackendName, load: () => Promise<void> = async () => {}): Candidate => ({ name, load })
+
+/** The default order: the fastest first. */
+const AUTO: ReadonlyArray<Candidate> = [
+  candidate("tensorflow", () => loadTensorflow("gpu")),
+  candidate("webgpu", loadWebgpu),
+  candidate("tensorflow", () => loadTensorflow("cpu")),
+  candidate("wasm", loadWasm),
+  candidate("cpu")
+]
+
+const BY_NAME: Record<BackendName, Candidate> = {
+  tensorflow: candidate("tensorflow", () => loadTensorflow("any")),
+  webgpu: candidate("webgpu", loadWebgpu),
+  wasm: candidate("wasm", loadWasm),
+  cpu: candidate("cpu")
+}
+
+/** Starts a backend, or throws `Missing` saying why it cannot. */
+const activate = async ({ load, name }: Candidate): Promise<void> => {
+  await load()
+  let ready: boolean
   try {
-    if (!((await tf.setBackend(name)) && tf.getBackend() === name)) return false
-    if (name === "wasm") shareIdentityBuffers()
-    return true
-  } catch {
-    return false
+    ready = (await tf.setBackend(name)) && tf.getBackend() === name
+  } catch (e) {
+    throw new Missing(`tfjs could not start it: ${firstLine((e as Error).message)}`)
   }
+  if (!ready) throw new Missing("tfjs could not start it")
+  if (name === "wasm") shareIdentityBuffers()
 }
 
 const parseOverride = (value: string | undefined): BackendName | undefined => {
@@ -93,11 +175,23 @@ export const initBackend = (preferred?: BackendName): Promise<BackendName> => {
   chosen ??= (async () => {
     const wanted = preferred ?? parseOverride(process.env["REINS_BACKEND"])
     if (wanted !== undefined) {
-      if (await activate(wanted)) return wanted
-      throw new BackendError({ message: `backend ${wanted} was requested but could not be loaded` })
+      try {
+        await activate(BY_NAME[wanted])
+        return wanted
+      } catch (e) {
+        throw new BackendError({ message: `backend ${wanted} was requested but cannot start: ${(e as Error).message}`, cause: e })
+      }
     }
-    for (const name of BACKENDS) if (await activate(name)) return name
-    throw new BackendError({ message: "no TensorFlow.js backend could be loaded" })
+    const skipped: Array<string> = []
+    for (const c of AUTO) {
+      try {
+        await activate(c)
+        return c.name
+      } catch (e) {
+        skipped.push(`${c.name}: ${(e as Error).message}`)
+      }
+    }
+    throw new BackendError({ message: `no TensorFlow.js backend could start (${skipped.join("; ")})` })
   })()
   chosen.catch(() => (chosen = undefined))
   return chosen

@@ -38,7 +38,8 @@ export const fromEngine = (engine: EngineLike, model: EngineModel): GeneratorSer
       contextLength: model.contextLength,
       version: s.version,
       created,
-      defaultMaxTokens: model.defaultMaxTokens
+      defaultMaxTokens: model.defaultMaxTokens,
+      backend: model.backend
     }
     return cached
   })

@@ -18,6 +18,8 @@ export interface ModelInfo {
   readonly created: number
   /** Completion length when a request sets no `max_tokens` (default: the rest of the context). */
   readonly defaultMaxTokens?: number | undefined
+  /** The TensorFlow.js backend the model runs on (`webgpu`, `wasm`, ...), when it is local. */
+  readonly backend?: string | undefined
 }
 
 /** The engine failed or went away; the call is answered with an error and recorded as such. */

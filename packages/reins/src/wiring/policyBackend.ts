@@ -31,8 +31,10 @@ export const policyBackend = (parsers: ParserSettings = {}): BackendLayer => Lay
     const generator = EngineGenerator.fromEngine(engine, {
       id: info.modelId,
       contextLength: info.contextLength,
-      defaultMaxTokens: info.defaultMaxTokens
+      defaultMaxTokens: info.defaultMaxTokens,
+      backend: info.backend
     })
+    yield* Effect.logInfo(`policy ${info.modelId} runs on the ${info.backend} backend`)
     return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
   })
 )

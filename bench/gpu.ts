@@ -1,0 +1,150 @@
+/**
+ * `npm run bench -- gpu [--backend webgpu|tensorflow|wasm|cpu] [--reference wasm] [--arch qwen3-0.6b|smollm2-135m|tiny]
+ *   [--quick] [--out DIR] [--micro-batch-tokens N]`: the check a GPU machine runs (bench/gpu/README.md).
+ *
+ * 1. Correctness (bench/gpu/correctness.ts): a tiny Qwen3 checkpoint gives the same log-probabilities
+ *    on the backend under test as on the reference backend (within 1e-3), and one training step the
+ *    same loss and close weight updates (their difference within 1% of the update, L2).
+ * 2. Speed (bench/gpu/speed.ts): prefill, decoding at 1, 16 and 64 sequences, full and LoRA
+ *    training of a real model's shapes, each against the device's matmul or bandwidth bound
+ *    measured in the same run (bench/gpu/bounds.ts).
+ *
+ * Every part that fails is reported with its error and the others still run, so one run on a GPU
+ * says everything it can. Writes gpu.json, gpu.md and gpu.svg (`gpu-quick.*` with --quick) into
+ * --out (default bench/results/).
+ */
+import { type BackendName, BACKENDS, initBackend, parameterCount } from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
+import { Effect } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import os from "node:os"
+import path from "node:path"
+import { type BandwidthBound, bandwidthBound, type MatmulBound, matmulBound } from "./gpu/bounds.js"
+import { type Comparison, compare, compute, referenceInChild, REFERENCE_ENV, runReference, TOLERANCE, writeTinyCheckpoint } from "./gpu/correctness.js"
+import { GOAL, measureSpeed, SETTINGS, speedConfig, type SpeedRow } from "./gpu/speed.js"
+import { resultsDir, writeReport } from "./report.js"
+
+const flag = (args: ReadonlyArray<string>, name: string): string | undefined => {
+  const i = args.indexOf(`--${name}`)
+  if (i < 0) return undefined
+  const value = args[i + 1]
+  if (value === undefined || value.startsWith("--")) throw new Error(`--${name} needs a value`)
+  return value
+}
+
+const backendFlag = (args: ReadonlyArray<string>, name: string): BackendName | undefined => {
+  const value = flag(args, name)
+  if (value !== undefined && !(BACKENDS as ReadonlyArray<string>).includes(value)) throw new Error(`--${name} ${value}: expected one of ${BACKENDS.join(", ")}`)
+  return value as BackendName | undefined
+}
+
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split("\n")[0]!
+
+/** What the WebGPU backend knows of its adapter (vendor, architecture), if that is the backend. */
+const adapterInfo = (): Record<string, unknown> | null => {
+  const info = (tf.backend() as { adapterInfo?: Record<string, unknown> }).adapterInfo
+  return info === undefined ? null : { ...info }
+}
+
+type Correctness = ({ readonly reference: string; readonly loss: number; readonly referenceLoss: number } & Comparison) | { readonly reference: string; readonly error: string }
+
+const checkCorrectness = async (backend: string, reference: BackendName): Promise<Correctness> => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "reins-gpu-check-"))
+  try {
+    await Effect.runPromise(writeTinyCheckpoint(dir))
+    const test = await compute(dir, backend)
+    const ref = referenceInChild(dir, reference)
+    return { reference, loss: test.loss, referenceLoss: ref.loss, ...compare(test, ref) }
+  } catch (e) {
+    return { reference, error: message(e) }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+export default async (args: ReadonlyArray<string>): Promise<void> => {
+  const job = process.env[REFERENCE_ENV]
+  if (job !== undefined) return runReference(job, await initBackend())
+
+  const quick = args.includes("--quick")
+  const s = quick ? SETTINGS.quick : SETTINGS.full
+  const reference = backendFlag(args, "reference") ?? "wasm"
+  const arch = flag(args, "arch") ?? "qwen3-0.6b"
+  const out = flag(args, "out") ?? resultsDir
+  const backend = await initBackend(backendFlag(args, "backend"))
+  const gpu = backend === "webgpu" || backend === "tensorflow"
+  const microBatchTokens = Number(flag(args, "micro-batch-tokens") ?? (gpu ? 16 * 1024 : 4096))
+  const { title, config } = speedConfig(arch, s)
+  console.log(`gpu check: backend ${backend}${gpu ? "" : " (no GPU backend: a dry run of the check's logic)"}, reference ${reference}, ${title}`)
+
+  const correctness = await checkCorrectness(backend, reference)
+  console.log("correctness", correctness)
+  const reps = quick ? 1 : 3
+  let matmul: MatmulBound | { error: string }
+  let bandwidth: BandwidthBound | { error: string }
+  try {
+    matmul = await matmulBound({ gpu, reps })
+  } catch (e) {
+    matmul = { error: message(e) }
+  }
+  try {
+    bandwidth = await bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps })
+  } catch (e) {
+    bandwidth = { error: message(e) }
+  }
+  console.log("bounds", { matmul, bandwidth })
+  const noSpeed = (error: string) => ({ misfit: null, rows: [] as ReadonlyArray<SpeedRow>, error })
+  const speed = "error" in matmul || "error" in bandwidth
+    ? noSpeed(`no bound: ${"error" in matmul ? matmul.error : (bandwidth as { error: string }).error}`)
+    : await measureSpeed({ config, s, backend, matmul, bandwidth, microBatchTokens }).catch((e) => noSpeed(message(e)))
+  console.log("speed", speed)
+  report({ quick, out, backend, reference, title, config, s, microBatchTokens, correctness, matmul, bandwidth, speed })
+}
+
+const report = (r: {
+  quick: boolean; out: string; backend: string; reference: string; title: string; config: ReturnType<typeof speedConfig>["config"]; s: (typeof SETTINGS)["full"]
+  microBatchTokens: number; correctness: Correctness; matmul: MatmulBound | { error: string }; bandwidth: BandwidthBound | { error: string }
+  speed: { readonly misfit: string | null; readonly rows: ReadonlyArray<SpeedRow>; readonly error?: string }
+}) => {
+  const c = r.correctness
+  const verdict = (ok: boolean) => (ok ? "met" : "missed")
+  const correctnessRows: Array<Array<string | number>> = "error" in c
+    ? [["correctness", `failed: ${c.error}`, "", "", "", "missed"]]
+    : [
+      ["next-token logprobs, max |Δ|", c.logprobMaxAbsDiff, "", TOLERANCE.logprob, "", verdict(c.logprobMaxAbsDiff <= TOLERANCE.logprob)],
+      ["next-token distributions, max |Δ|", c.nextMaxAbsDiff, "", TOLERANCE.logprob, "", verdict(c.nextMaxAbsDiff <= TOLERANCE.logprob)],
+      ["training step loss, |Δ|", c.lossDiff, "", TOLERANCE.loss, "", verdict(c.lossDiff <= TOLERANCE.loss)],
+      ["weight updates, ‖Δ‖ / ‖update‖", c.updateRelDiff, "", TOLERANCE.update, "", verdict(c.updateRelDiff <= TOLERANCE.update)]
+    ]
+  const speedRows = r.speed.rows.map((x) => [
+    x.label,
+    x.measured ?? `not run: ${x.error}`,
+    x.unit,
+    x.bound,
+    x.fraction ?? "—",
+    x.goal === null ? "reported" : x.fraction === null ? "missed" : verdict(x.fraction >= x.goal)
+  ])
+  const notes = [
+    `Backend under test: ${r.backend}; reference: ${r.reference} (in a child process: tfjs backends are per process). Adapter: ${JSON.stringify(adapterInfo())}.`,
+    `Correctness: a tiny Qwen3ForCausalLM (hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 32, q/k norms, tied head, vocab 320), random weights, written in the Hugging Face layout and loaded by the production loader on each backend; 4 sequences × 48 tokens scored, the whole next-token distribution after each, and one AdamW step (lr 1e-3) of SFT on them.`,
+    `Speed: ${r.title}, ${(parameterCount(r.config) / 1e6).toFixed(0)}M parameters, random weights in F32, context ${r.s.context}; prompts of ${r.s.prompt} tokens, ${r.s.decode1} (1 sequence) and ${r.s.decodeMany} (batched) sampled tokens, best of ${r.s.reps} after a warm-up; training ${r.s.trainRows} × ${r.s.trainSeq} tokens per step in micro-batches of ≤ ${r.microBatchTokens} tokens, median of ${r.s.trainSteps} step(s) after a warm-up.${r.speed.misfit === null ? "" : ` Not run: ${r.speed.misfit}.`}${r.speed.error === undefined ? "" : ` Not run: ${r.speed.error}.`}`,
+    "error" in r.matmul ? `Matmul bound not measured: ${r.matmul.error}.` : `Matmul bound: fp32 tf.matMul ${r.matmul.gflops.toFixed(1)} GFLOP/s, the best of ${r.matmul.sizes.map((x) => `${x.n}³ ${x.gflops.toFixed(1)}`).join(", ")}.`,
+    "error" in r.bandwidth ? `Bandwidth bound not measured: ${r.bandwidth.error}.` : `Bandwidth bound: ${r.bandwidth.gbps.toFixed(1)} GB/s, the better of tf.add ${r.bandwidth.probes.add.toFixed(1)} and tf.sum ${r.bandwidth.probes.sum.toFixed(1)} over ${r.bandwidth.mib} MiB.`,
+    `Goals: correctness within the tolerances; ≥ ${GOAL} of the matmul bound training and decoding in batches, ≥ ${GOAL} of the bandwidth bound decoding one sequence.${r.quick ? " QUICK RUN: tiny sizes, a smoke check of the logic, not a measurement." : ""}`
+  ]
+  writeReport({
+    name: r.quick ? "gpu-quick" : "gpu",
+    json: {
+      backend: r.backend, reference: r.reference, adapter: adapterInfo(), model: r.title, parameters: parameterCount(r.config), settings: r.s,
+      micro_batch_tokens: r.microBatchTokens, tolerance: TOLERANCE, goal_fraction: GOAL, correctness: r.correctness,
+      bounds: { matmul: r.matmul, bandwidth: r.bandwidth }, speed: r.speed, quick: r.quick
+    },
+    table: { columns: ["measure", "measured", "unit", "bound or tolerance", "fraction of bound", "goal"], rows: [...correctnessRows, ...speedRows] },
+    chart: {
+      title: `GPU check (${r.backend}): fraction of the device's bound`,
+      unit: "fraction of bound",
+      groups: r.speed.rows.map((x) => ({ label: x.label, bars: [{ series: "measured / bound", value: x.fraction ?? 0 }, { series: "goal", value: x.goal ?? 0 }] }))
+    },
+    notes
+  }, r.out)
+}

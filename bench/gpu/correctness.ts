@@ -1,0 +1,189 @@
+/**
+ * Part 1 of the GPU check: the backend under test computes what the reference backend computes.
+ *
+ * One tiny `Qwen3ForCausalLM` checkpoint (random weights, GQA, head_dim ≠ hidden/heads, q/k
+ * norms, tied head) is written in the Hugging Face layout and loaded through the production
+ * loader on each backend. Each backend then scores the same token sequences (the log-probability
+ * of every next token, and the whole next-token distribution after each sequence) and takes one
+ * AdamW step of SFT on them. tfjs backends are per process, so the reference runs in a child
+ * process (the same command line, told by REINS_GPU_CHECK_REFERENCE what to do).
+ */
+import {
+  AdamW,
+  ChatTemplate,
+  decodeHfConfig,
+  GenerationConfig,
+  loadModel,
+  type ModelConfig,
+  packSequences,
+  parameterShapes,
+  Rng,
+  saveModelDir,
+  scoreSequences,
+  trainBpe,
+  trainStep,
+  type Transformer,
+  type Weights
+} from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
+import { Effect } from "effect"
+import { spawnSync } from "node:child_process"
+import { readFileSync, writeFileSync } from "node:fs"
+import path from "node:path"
+
+/** Tolerances of the check: the issue's 1e-3 on log-probabilities; the loss alike; updates within 1%. */
+export const TOLERANCE = { logprob: 1e-3, loss: 1e-3, update: 1e-2 }
+
+/** A tiny Qwen3 `config.json` as `transformers` writes one. */
+export const tinyQwen3Config = (): Record<string, unknown> => ({
+  architectures: ["Qwen3ForCausalLM"],
+  model_type: "qwen3",
+  attention_bias: false,
+  bos_token_id: 0,
+  eos_token_id: 1,
+  head_dim: 32,
+  hidden_act: "silu",
+  hidden_size: 64,
+  intermediate_size: 128,
+  max_position_embeddings: 128,
+  num_attention_heads: 4,
+  num_hidden_layers: 2,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_scaling: null,
+  rope_theta: 1000000,
+  tie_word_embeddings: true,
+  torch_dtype: "float32",
+  vocab_size: 320
+})
+
+/** Random weights large enough that the distributions are far from uniform (norms near 1). */
+const randomWeights = (c: ModelConfig, seed: number): Weights => {
+  const rng = new Rng(seed)
+  const out: Weights = {}
+  for (const [name, shape] of Object.entries(parameterShapes(c))) {
+    const n = shape.reduce((a, b) => a * b, 1)
+    const norm = name.endsWith("norm.weight")
+    const scale = norm ? 0.1 : 1 / Math.sqrt(shape[shape.length - 1]!)
+    out[name] = Float32Array.from({ length: n }, () => (norm ? 1 : 0) + scale * rng.normal())
+  }
+  return out
+}
+
+/** Writes the tiny checkpoint (weights, tokenizer, template, generation config) into `dir`. */
+export const writeTinyCheckpoint = (dir: string) =>
+  Effect.gen(function* () {
+    const hf = decodeHfConfig(tinyQwen3Config())
+    const tokenizer = trainBpe("the cat sat on the mat. the dog sat on the log. 12 + 30 = 42. ".repeat(8), { vocabSize: 300 })
+    const generationConfig = new GenerationConfig({ eosTokenIds: [...hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 64 })
+    yield* saveModelDir(dir, { config: hf.config, weights: randomWeights(hf.config, 3), tokenizer, chatTemplate: ChatTemplate.default(), generationConfig, hf })
+    return hf.config
+  })
+
+/** The same sequences on every backend: 4 × 48 tokens, uniform over the vocabulary. */
+const sequences = (vocab: number) => {
+  const rng = new Rng(11)
+  return Array.from({ length: 4 }, () => {
+    const tokens = Int32Array.from({ length: 48 }, () => rng.nextUint32() % vocab)
+    return { tokens, weights: new Float32Array(tokens.length).fill(1 / (4 * 47)) }
+  })
+}
+
+export interface Computed {
+  readonly backend: string
+  /** log π(tokens[i] | tokens[..i)) of every sequence (index 0 dropped). */
+  readonly logprobs: ReadonlyArray<ReadonlyArray<number>>
+  /** The whole next-token log-distribution after each sequence. */
+  readonly next: ReadonlyArray<ReadonlyArray<number>>
+  readonly loss: number
+  /** Every weight's change in the step, by name. */
+  readonly updates: Readonly<Record<string, ReadonlyArray<number>>>
+}
+
+/** The whole next-token distribution after each sequence, from one forward pass. */
+const nextDistributions = async (model: Transformer, seqs: ReturnType<typeof sequences>) => {
+  const [batch] = packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64, pack: false })
+  const logits = model.forward(batch!)
+  const rows = tf.logSoftmax(logits)
+  const values = (await rows.data()) as Float32Array
+  tf.dispose([logits, rows])
+  const v = model.config.vocabSize
+  // row r's last prediction sits at r · seqLen + (its length − 1)
+  return batch!.placements.map((p) => Array.from(values.subarray((p.offset + p.length - 1) * v, (p.offset + p.length) * v)))
+}
+
+/** Everything the check compares, computed on the current backend from the checkpoint in `dir`. */
+export const compute = async (dir: string, backend: string): Promise<Computed> => {
+  const { model } = await Effect.runPromise(loadModel(dir))
+  try {
+    const seqs = sequences(model.config.vocabSize)
+    const logprobs = scoreSequences(model, seqs, { maxTokens: 4096, maxSeqLen: 64 }).map((lp) => Array.from(lp.subarray(1)))
+    const next = await nextDistributions(model, seqs)
+    const before = model.readWeights()
+    const optimizer = new AdamW(model.trainable, { lr: 1e-3, maxGradNorm: 1 })
+    const stats = trainStep(model, optimizer, packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64 }), { kind: "sft" })
+    optimizer.dispose()
+    const after = model.readWeights()
+    const updates = Object.fromEntries(Object.entries(after).map(([name, w]) => [name, Array.from(w, (x, i) => x - before[name]![i]!)]))
+    return { backend, logprobs, next, loss: stats.loss, updates }
+  } finally {
+    model.dispose()
+  }
+}
+
+/** What the reference child process is told: the checkpoint and where to write its results. */
+export const REFERENCE_ENV = "REINS_GPU_CHECK_REFERENCE"
+
+/** In the child: computes on the reference backend and writes the JSON. */
+export const runReference = async (job: string, backend: string) => {
+  const { dir, out } = JSON.parse(job) as { dir: string; out: string }
+  writeFileSync(out, JSON.stringify(await compute(dir, backend)))
+}
+
+/** Runs the reference in a child process of the same command line on `backend`. */
+export const referenceInChild = (dir: string, backend: string): Computed => {
+  const out = path.join(dir, `reference-${backend}.json`)
+  const child = spawnSync(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
+    env: { ...process.env, REINS_BACKEND: backend, [REFERENCE_ENV]: JSON.stringify({ dir, out }) },
+    encoding: "utf8",
+    timeout: 300_000
+  })
+  if (child.status !== 0) throw new Error(`the reference (${backend}) failed: ${(child.stderr || child.stdout || String(child.error)).trim().split("\n").slice(-5).join(" | ")}`)
+  return JSON.parse(readFileSync(out, "utf8")) as Computed
+}
+
+const maxAbsDiff = (a: ReadonlyArray<ReadonlyArray<number>>, b: ReadonlyArray<ReadonlyArray<number>>) =>
+  Math.max(...a.map((row, i) => Math.max(...row.map((x, j) => Math.abs(x - b[i]![j]!)))))
+
+export interface Comparison {
+  readonly logprobMaxAbsDiff: number
+  readonly nextMaxAbsDiff: number
+  readonly lossDiff: number
+  /**
+   * ‖Δ_test − Δ_reference‖ / ‖Δ_reference‖ over every weight (L2). Not the largest single
+   * difference: AdamW's first step is nearly lr · sign(gradient), so a weight whose gradient is
+   * ~0 may move by ±lr on either backend from rounding alone.
+   */
+  readonly updateRelDiff: number
+  readonly met: boolean
+}
+
+export const compare = (test: Computed, reference: Computed): Comparison => {
+  let diff = 0
+  let scale = 0
+  for (const [name, r] of Object.entries(reference.updates)) {
+    const t = test.updates[name]!
+    r.forEach((x, i) => {
+      diff += (t[i]! - x) ** 2
+      scale += x * x
+    })
+  }
+  const c = {
+    logprobMaxAbsDiff: maxAbsDiff(test.logprobs, reference.logprobs),
+    nextMaxAbsDiff: maxAbsDiff(test.next, reference.next),
+    lossDiff: Math.abs(test.loss - reference.loss),
+    updateRelDiff: scale === 0 ? NaN : Math.sqrt(diff / scale)
+  }
+  const met = c.logprobMaxAbsDiff <= TOLERANCE.logprob && c.nextMaxAbsDiff <= TOLERANCE.logprob && c.lossDiff <= TOLERANCE.loss && c.updateRelDiff <= TOLERANCE.update
+  return { ...c, met }
+}

@@ -1,0 +1,76 @@
+/**
+ * The GPU check's own logic, end to end on this machine's wasm backend (no GPU here): the pack
+ * is made (esbuild bundle, the wasm binaries, Dawn compressed; this machine's node stands in for
+ * the packed one), run.sh unpacks Dawn and runs the bundled check with a tiny model, wasm under
+ * test against cpu as the reference, and the results are written: correctness within its
+ * tolerances, the matmul and bandwidth bounds measured, every speed row a rate over its bound.
+ * Asking run.sh for its default backend, webgpu, fails in one line naming what is missing.
+ */
+import { spawnSync } from "node:child_process"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs"
+import os from "node:os"
+import path from "node:path"
+import { fileURLToPath } from "node:url"
+import { afterAll, describe, expect, it } from "vitest"
+
+const root = fileURLToPath(new URL("../..", import.meta.url))
+const dir = mkdtempSync(path.join(os.tmpdir(), "reins-gpu-check-"))
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+const sizeOf = (p: string): number => (statSync(p).isDirectory() ? readdirSync(p).reduce((n, f) => n + sizeOf(path.join(p, f)), 0) : statSync(p).size)
+
+interface Row { label: string; measured: number | null; bound: number; fraction: number | null; goal: number | null }
+
+describe("the GPU check", () => {
+  it("packs small, and its run.sh runs the check on wasm against cpu, writing every figure", () => {
+    const pack = path.join(dir, "pack")
+    const packed = spawnSync(process.execPath, [path.join(root, "bench/gpu/pack.mjs"), "--no-node", "--out", pack], { encoding: "utf8", timeout: 120_000 })
+    expect(packed.status, packed.stderr).toBe(0)
+    for (const f of ["check.mjs", "chat_template.jinja", "run.sh", "node_modules/webgpu/dist/linux-x64/dawn.node.xz", "node_modules/@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm"]) {
+      expect(existsSync(path.join(pack, f)), f).toBe(true)
+    }
+    // Without node: room for this machine's node compressed (~24 MiB) under the 64 MiB a copy allows.
+    expect(sizeOf(pack) / 2 ** 20).toBeLessThan(36)
+    symlinkSync(process.execPath, path.join(pack, "node"))
+
+    const out = path.join(dir, "results")
+    const run = spawnSync("bash", [path.join(pack, "run.sh"), "--reference", "cpu", "--arch", "tiny", "--quick"], {
+      env: { ...process.env, NODE_OPTIONS: "", OUT: out, REINS_BACKEND: "wasm" },
+      encoding: "utf8",
+      timeout: 240_000
+    })
+    expect(run.status, run.stderr).toBe(0)
+    expect(existsSync(path.join(pack, "node_modules/webgpu/dist/linux-x64/dawn.node"))).toBe(true) // unpacked
+    expect(readFileSync(path.join(out, "gpu-nvidia-smi.txt"), "utf8")).toMatch(/\S/)
+    const result = JSON.parse(readFileSync(path.join(out, "gpu-quick.json"), "utf8"))
+    expect(result).toMatchObject({ backend: "wasm", reference: "cpu", adapter: null, quick: true })
+    const c = result.correctness
+    expect(c.error).toBeUndefined()
+    expect(c.logprobMaxAbsDiff).toBeLessThanOrEqual(result.tolerance.logprob)
+    expect(c.nextMaxAbsDiff).toBeLessThanOrEqual(result.tolerance.logprob)
+    expect(c.lossDiff).toBeLessThanOrEqual(result.tolerance.loss)
+    expect(c.updateRelDiff).toBeLessThanOrEqual(result.tolerance.update)
+    expect(c.met).toBe(true)
+    expect(c.loss).toBeGreaterThan(0)
+    expect(result.bounds.matmul.gflops).toBeGreaterThan(0.1)
+    expect(result.bounds.matmul.sizes).toHaveLength(3)
+    expect(result.bounds.bandwidth.gbps).toBeGreaterThan(0.1)
+    const rows = result.speed.rows as Array<Row>
+    expect(rows.map((r) => r.label)).toEqual(["prefill", "decode ×1", "decode ×16", "decode ×64", "full train", "LoRA train"])
+    for (const r of rows) {
+      expect(r.measured, r.label).toBeGreaterThan(0)
+      expect(r.fraction, r.label).toBeCloseTo(r.measured! / r.bound, 6)
+    }
+    expect(readFileSync(path.join(out, "gpu-quick.md"), "utf8")).toContain("| decode ×64 |")
+    expect(readFileSync(path.join(out, "gpu-quick.svg"), "utf8")).toContain("<svg")
+
+    // The default backend is webgpu: no Vulkan here, and it says so instead of falling back.
+    const webgpu = spawnSync("bash", [path.join(pack, "run.sh"), "--arch", "tiny", "--quick"], {
+      env: { ...process.env, NODE_OPTIONS: "", OUT: out, REINS_BACKEND: "" },
+      encoding: "utf8",
+      timeout: 60_000
+    })
+    expect(webgpu.status).toBe(1)
+    expect(webgpu.stderr).toMatch(/gpu check: backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter)/)
+  }, 300_000)
+})
