@@ -64,7 +64,7 @@ describe("backend", () => {
       },
       { env: "wasm", backend: "wasm" }
     ])
-    expect(probe(["webgpu"], { HIDE_PACKAGES: "webgpu" }, ["./fixtures/hide-packages.mjs"])).toEqual([{
+    expect(probe(["webgpu"], { HIDE_PACKAGES: "webgpu", LD_LIBRARY_PATH: fake }, ["./fixtures/hide-packages.mjs"])).toEqual([{
       env: "webgpu",
       error: "backend webgpu was requested but cannot start: the package webgpu is not installed (npm install webgpu)",
       tag: "BackendError"

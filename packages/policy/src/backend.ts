@@ -79,10 +79,11 @@ const hasVulkanLoader = () =>
  * reads, then an adapter. No adapter means no usable GPU: the error says which piece is missing.
  */
 const loadWebgpu = async (): Promise<void> => {
-  const dawn = await importOptional("webgpu", "npm install webgpu")
+  // First what costs nothing to check, so a machine without Vulkan never loads Dawn (21 MB).
   if (!hasVulkanLoader()) {
     throw new Missing("no Vulkan loader (libvulkan.so.1) on this machine: install the GPU's Vulkan driver (e.g. libvulkan1 and the vendor's ICD)")
   }
+  const dawn = await importOptional("webgpu", "npm install webgpu")
   const gpu = dawn.create([])
   Object.assign(globalThis, dawn.globals)
   if ((globalThis as { navigator?: unknown }).navigator === undefined) {

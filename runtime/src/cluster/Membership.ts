@@ -217,7 +217,11 @@ export const make = (options: MembershipOptions) =>
       dialing.add(key)
       runFork(
         dialAndRegister(url).pipe(
-          Effect.tap(() => Effect.sync(() => void (options.join.includes(key) && (reachedSeed = true)))),
+          Effect.tap(() =>
+            Effect.sync(() => {
+              if (options.join.includes(key)) reachedSeed = true
+            })
+          ),
           Effect.catchAll((error) => {
             notifyLink(key, undefined)
             return quiet ? Effect.logDebug(error.message) : Effect.logWarning(error.message)
