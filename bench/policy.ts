@@ -135,7 +135,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
 
   const peak = measurePeak(quick ? 3 : 7)
   console.log("peak", peak)
-  const trainRun = measureTrain(model, { rows: 32, seqLen: 128, steps: quick ? 3 : 7, warmup: 2, lr: 1e-3 })
+  const trainRun = await measureTrain(model, { rows: 32, seqLen: 128, steps: quick ? 3 : 7, warmup: 2, lr: 1e-3 })
   const trainFlops = 3 * forwardFlops(config, 32 * 128, 128)
   const train = { ...trainRun, flops: trainFlops, gflops: trainFlops / trainRun.seconds / 1e9 }
   console.log("train", { ...train, times: train.times.map((t) => t.toFixed(3)) })

@@ -112,18 +112,22 @@ const nextDistributions = async (model: Transformer, seqs: ReturnType<typeof seq
   return batch!.placements.map((p) => Array.from(values.subarray((p.offset + p.length - 1) * v, (p.offset + p.length) * v)))
 }
 
+/** Every trainable weight, read back asynchronously (WebGPU in Node has no synchronous read). */
+const readTrainable = async (model: Transformer): Promise<Weights> =>
+  Object.fromEntries(await Promise.all([...model.trainable].map(async ([name, v]) => [name, new Float32Array((await v.data()) as Float32Array)] as const)))
+
 /** Everything the check compares, computed on the current backend from the checkpoint in `dir`. */
 export const compute = async (dir: string, backend: string): Promise<Computed> => {
   const { model } = await Effect.runPromise(loadModel(dir))
   try {
     const seqs = sequences(model.config.vocabSize)
-    const logprobs = scoreSequences(model, seqs, { maxTokens: 4096, maxSeqLen: 64 }).map((lp) => Array.from(lp.subarray(1)))
+    const logprobs = (await scoreSequences(model, seqs, { maxTokens: 4096, maxSeqLen: 64 })).map((lp) => Array.from(lp.subarray(1)))
     const next = await nextDistributions(model, seqs)
-    const before = model.readWeights()
+    const before = await readTrainable(model)
     const optimizer = new AdamW(model.trainable, { lr: 1e-3, maxGradNorm: 1 })
-    const stats = trainStep(model, optimizer, packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64 }), { kind: "sft" })
+    const stats = await trainStep(model, optimizer, packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64 }), { kind: "sft" })
     optimizer.dispose()
-    const after = model.readWeights()
+    const after = await readTrainable(model)
     const updates = Object.fromEntries(Object.entries(after).map(([name, w]) => [name, Array.from(w, (x, i) => x - before[name]![i]!)]))
     return { backend, logprobs, next, loss: stats.loss, updates }
   } finally {

@@ -122,9 +122,9 @@ export const measureSpeed = async (options: {
       await Effect.runPromise(Scope.close(scope, Exit.void))
     }
     const train = { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-5, microBatchTokens: options.microBatchTokens }
-    const full = await attempt(async () => tokens / measureTrain(model, train).seconds)
+    const full = await attempt(async () => tokens / (await measureTrain(model, train)).seconds)
     model.attachLora(LORA, initAdapters(c, LORA, 0))
-    const lora = await attempt(async () => tokens / measureTrain(model, train).seconds)
+    const lora = await attempt(async () => tokens / (await measureTrain(model, train)).seconds)
     return { misfit, rows: [...engineRows, row("full train", "matmul", bounds.full, GOAL, full), row("LoRA train", "matmul", bounds.lora, GOAL, lora)] }
   } finally {
     model.dispose()

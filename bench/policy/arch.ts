@@ -110,7 +110,7 @@ const measureWasm = async (dir: string, c: ModelConfig, s: Settings) => {
   )
   console.log("engine", gen)
   model.attachLora(LORA, initAdapters(c, LORA, 0))
-  const train = measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4 })
+  const train = await measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4 })
   console.log("train", train)
   model.dispose()
   return { fileBytes, loadS, readGbps, touchGbps, rates, gen, train }

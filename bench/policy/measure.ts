@@ -226,10 +226,10 @@ export interface TrainRun {
 }
 
 /** `steps` SFT steps (after `warmup` more) over `rows` × `seqLen` random tokens; median seconds. */
-export const measureTrain = (
+export const measureTrain = async (
   model: Transformer,
   options: { readonly rows: number; readonly seqLen: number; readonly steps: number; readonly warmup: number; readonly lr: number; readonly microBatchTokens?: number }
-): TrainRun => {
+): Promise<TrainRun> => {
   const { rows, seqLen } = options
   const rng = new Rng(1)
   const sequences = Array.from({ length: rows }, () => ({
@@ -239,13 +239,13 @@ export const measureTrain = (
   const batches = packSequences(sequences, { maxTokens: options.microBatchTokens ?? 16 * 256, maxSeqLen: seqLen })
   const optimizer = new AdamW(model.trainable, { lr: options.lr, maxGradNorm: 1 })
   try {
-    for (let i = 0; i < options.warmup; i++) trainStep(model, optimizer, batches, { kind: "sft" })
+    for (let i = 0; i < options.warmup; i++) await trainStep(model, optimizer, batches, { kind: "sft" })
     const times: Array<number> = []
     const cpu: Array<number> = []
     let loss = 0
     for (let i = 0; i < options.steps; i++) {
       const c = process.cpuUsage()
-      const s = trainStep(model, optimizer, batches, { kind: "sft" })
+      const s = await trainStep(model, optimizer, batches, { kind: "sft" })
       cpu.push(cpuSeconds(c))
       times.push(s.seconds)
       loss = s.loss

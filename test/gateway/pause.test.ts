@@ -42,14 +42,14 @@ const SAME_WEIGHTS_TOLERANCE = 1e-4
  * (two initialisations differ by ~0.18 nats a token here): the update changed what the policy
  * computes, not only its label.
  */
-const expectSampledBy = (calls: ReadonlyArray<any>, old: number, next: number) => {
+const expectSampledBy = async (calls: ReadonlyArray<any>, old: number, next: number) => {
   const other = (v: number) => (v === old ? next : old)
   const tokens = { [old]: 0, [next]: 0 }
   let worstSame = 0
   const otherDiffs: Array<number> = []
   for (const c of calls) {
     const sequence = Int32Array.from([...c.prompt_token_ids, ...c.output_token_ids])
-    const scored = { [old]: policy.score(old, [sequence])[0]!, [next]: policy.score(next, [sequence])[0]! }
+    const scored = { [old]: (await policy.score(old, [sequence]))[0]!, [next]: (await policy.score(next, [sequence]))[0]! }
     c.output_logprobs.forEach((lp: number, i: number) => {
       const v: number = c.versions[i]
       const at = c.prompt_token_ids.length + i
@@ -160,7 +160,7 @@ describe("pause gate", () => {
         // Interrupted generations were continued with the new weights.
         expect(calls.some((c) => c.versions[0] === before && c.versions[c.versions.length - 1] === before + 1)).toBe(true)
       }
-      expectSampledBy(calls, before, before + 1)
+      await expectSampledBy(calls, before, before + 1)
       const state = (await gw.admin(`/api/gateway/state`)).json
       expect(state).toMatchObject({ paused: false, held: 0, in_flight: 0 })
     }
@@ -235,7 +235,7 @@ describe("pause gate", () => {
         expect(new Set(c.versions)).toEqual(new Set([before + 1]))
       }
     }
-    expectSampledBy(calls, before, before + 1)
+    await expectSampledBy(calls, before, before + 1)
     expect(await state()).toMatchObject({ paused: false, held: 0, in_flight: 0 })
   })
 

@@ -58,7 +58,7 @@ export interface TinyPolicy {
    */
   readonly updateWeights: () => Promise<number>
   /** Per-token logprobs (temperature 1, aligned with the tokens) of `sequences` under the weights `version` served. */
-  readonly score: (version: number, sequences: ReadonlyArray<Int32Array>) => Array<Float32Array>
+  readonly score: (version: number, sequences: ReadonlyArray<Int32Array>) => Promise<Array<Float32Array>>
   readonly close: () => Promise<void>
 }
 
@@ -133,7 +133,7 @@ const memorize = async (model: Transformer, engine: GenerationEngine, conversati
   // All at once: the engine batches them.
   const reproduces = async () => (await Promise.all(examples.map(decode))).every((ids, i) => same(ids, examples[i]!.output))
   for (let step = 1; step <= maxSteps; step++) {
-    const stats = trainStep(model, optimizer, batches, { kind: "sft" })
+    const stats = await trainStep(model, optimizer, batches, { kind: "sft" })
     const perToken = stats.loss / Math.max(1, stats.tokens)
     if (step % 10 === 0 && perToken < 0.05) {
       await Effect.runPromise(engine.setWeights(model.version, model))
@@ -193,12 +193,12 @@ export const tinyPolicy = async (
       served.set(version, weights)
       return version
     },
-    score: (v, sequences) => {
+    score: async (v, sequences) => {
       const weights = served.get(v)
       if (weights === undefined) throw new Error(`no weights were served as version ${v}`)
       const scorer = Transformer.fromWeights(config, weights)
       try {
-        return scoreSequences(scorer, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
+        return await scoreSequences(scorer, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
           maxTokens: 4096,
           maxSeqLen: config.contextLength
         })

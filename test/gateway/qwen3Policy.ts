@@ -73,7 +73,7 @@ const reproduces = (model: Transformer, batches: ReturnType<typeof packSequences
   )
 
 /** Trains the compact core on `examples` (ids remapped) until they are its greedy replies. */
-const teachCore = (examples: ReadonlyArray<Example>, maxSteps: number) => {
+const teachCore = async (examples: ReadonlyArray<Example>, maxSteps: number) => {
   const ids = [...new Set(examples.flatMap((e) => [...e.prompt, ...e.output]))].sort((a, b) => a - b)
   const index = new Map(ids.map((id, i) => [id, i] as const))
   const other = ids.length
@@ -85,7 +85,7 @@ const teachCore = (examples: ReadonlyArray<Example>, maxSteps: number) => {
   const batches = packSequences(sequences, { maxTokens: 4096, maxSeqLen: core.config.contextLength })
   const optimizer = new AdamW(core.params, { lr: 1e-2, maxGradNorm: 1 })
   for (let step = 1; step <= maxSteps; step++) {
-    trainStep(core, optimizer, batches, { kind: "sft" })
+    await trainStep(core, optimizer, batches, { kind: "sft" })
     if (step % 10 === 0 && reproduces(core, batches)) return { core, ids, other }
   }
   core.dispose()
@@ -115,7 +115,7 @@ export const qwen3Policy = async (examples: (tokenizer: Tokenizer, template: Pro
   await initBackend()
   const { tokenizer, template } = await loadQwen3Text()
   const taught = examples(tokenizer, template)
-  const { core, ids, other } = teachCore(taught, maxSteps)
+  const { core, ids, other } = await teachCore(taught, maxSteps)
   const model = expand(core, ids, other, tokenizer.vocabSize)
   core.dispose()
   const scope = Effect.runSync(Scope.make())

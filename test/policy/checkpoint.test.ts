@@ -252,7 +252,7 @@ describe("model directory", () => {
     const model = Transformer.init(tinyConfig(tok.vocabSize), 2)
     const opt = new AdamW(model.params, { lr: 1e-2 })
     const grads = new Map([...model.params].map(([n, p]) => [n, p.clone()] as const))
-    opt.apply(grads)
+    await opt.apply(grads)
     await Effect.runPromise(saveOptimizerState(dir, opt.exportState(), 1))
     const state = await Effect.runPromise(loadOptimizerState(dir))
     expect(state!.step).toBe(1)

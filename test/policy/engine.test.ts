@@ -395,7 +395,7 @@ describe("tensors", () => {
       yield* withEngine(model, (engine) =>
         Effect.gen(function* () {
           const warm = yield* generateAll(engine, request(prompt(51), { maxTokens: 4 }))
-          trainStep(model, opt, batches, { kind: "sft" })
+          yield* Effect.promise(() => trainStep(model, opt, batches, { kind: "sft" }))
           yield* engine.setWeights(1, model)
           expect(warm.outputIds.length).toBe(4)
           const before = tf.memory().numTensors
@@ -404,7 +404,7 @@ describe("tensors", () => {
             yield* Effect.forEach([0, 1, 2, 3, 4], (i) => generateAll(engine, request(prompt(60 + i), { maxTokens: 10, temperature: 1, seed: i })), {
               concurrency: "unbounded"
             })
-            for (let s = 0; s < 50; s++) trainStep(model, opt, batches, { kind: "sft" })
+            for (let s = 0; s < 50; s++) yield* Effect.promise(() => trainStep(model, opt, batches, { kind: "sft" }))
             yield* engine.setWeights(round + 2, model)
           }
           expect((yield* engine.stats).generatedTokens).toBe(4 + 1000)

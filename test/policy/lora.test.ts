@@ -18,6 +18,7 @@ import {
   packSequences,
   PeftError,
   readPeftAdapter,
+  sftLoss,
   trainStep,
   Transformer,
   writePeftAdapter
@@ -63,7 +64,7 @@ describe("LoRA adapters", () => {
       const optimizer = new AdamW(model.trainable, { lr: () => 1e-2, weightDecay: 0 })
       const batch = sftBatch(IDS)
       const losses: Array<number> = []
-      for (let i = 0; i < 12; i++) losses.push(trainStep(model, optimizer, batch, { kind: "sft" }).loss)
+      for (let i = 0; i < 12; i++) losses.push((await trainStep(model, optimizer, batch, { kind: "sft" })).loss)
       optimizer.dispose()
       expect(losses.at(-1)!).toBeLessThan(losses[0]! * 0.8)
       // Every base weight is bit-for-bit what was loaded; the B matrices moved away from 0.
@@ -155,35 +156,32 @@ describe("LoRA adapters", () => {
 
 describe("gradients of the Llama family's pieces", () => {
   it("q/k norms, q/k/v/o biases, shared kv heads and adapters match central finite differences", async () => {
-    const gradients = (model: Transformer) => {
-      const [batch] = sftBatch(IDS)
-      return { grads: () => microBatchGradients(model, batch!, { kind: "sft" }).grads, loss: () => microBatchGradients(model, batch!, { kind: "sft" }) }
-    }
-    const check = (model: Transformer, names: ReadonlyArray<string>) => {
-      const { grads, loss } = gradients(model)
-      const g = grads()
-      for (const name of names) {
-        checkFiniteDifference(model, name, g.get(name)!, () => {
-          const r = loss()
-          for (const t of r.grads.values()) t.dispose()
-          return r.loss
-        })
-      }
+    const [batch] = sftBatch(IDS)
+    // The loss alone, as microBatchGradients computes it (forward in training mode, the SFT loss).
+    const loss = (model: Transformer) => () =>
+      tf.tidy(() => {
+        const out = sftLoss(model.forward(batch!, { training: true }), batch!)
+        out.entropy.dispose()
+        return out.loss.dataSync()[0]!
+      })
+    const check = async (model: Transformer, names: ReadonlyArray<string>) => {
+      const g = (await microBatchGradients(model, batch!, { kind: "sft" })).grads
+      for (const name of names) checkFiniteDifference(model, name, g.get(name)!, loss(model))
       for (const t of g.values()) t.dispose()
     }
     const qwen3 = (await loadCase(QWEN3, "grads-qwen3")).model
     const llama = (await loadCase(LLAMA, "grads-llama")).model
     try {
       // Qwen3's head is tied (the embedding's gradient comes from the lookup and the head), Llama's is not.
-      check(qwen3, ["layers.0.attn.q_norm.weight", "layers.1.attn.k_norm.weight", "layers.0.attn.wv", "tok_embeddings.weight"])
-      check(llama, ["layers.0.attn.bk", "layers.1.attn.bo", "layers.0.attn.wk", "layers.1.attn.bq", "lm_head.weight"])
+      await check(qwen3, ["layers.0.attn.q_norm.weight", "layers.1.attn.k_norm.weight", "layers.0.attn.wv", "tok_embeddings.weight"])
+      await check(llama, ["layers.0.attn.bk", "layers.1.attn.bo", "layers.0.attn.wk", "layers.1.attn.bq", "lm_head.weight"])
       // With adapters the base is frozen: its products compute input gradients only.
       const lora = new LoraConfig({ rank: 2, alpha: 4, targets: ["k_proj", "up_proj", "down_proj"] })
       for (const model of [llama, qwen3]) {
         const adapters = initAdapters(model.config, lora, 5)
         for (const [n, v] of Object.entries(adapters)) if (n.endsWith(".lora_B")) v.fill(0.03)
         model.attachLora(lora, adapters)
-        check(model, ["layers.0.mlp.w3.lora_A", "layers.1.attn.wk.lora_B", "layers.0.mlp.w2.lora_A"])
+        await check(model, ["layers.0.mlp.w3.lora_A", "layers.1.attn.wk.lora_B", "layers.0.mlp.w2.lora_A"])
       }
     } finally {
       qwen3.dispose()

@@ -23,6 +23,8 @@ import {
 import { GenerateRequest, SamplingParams } from "@reins/protocol"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
+import { spawnSync } from "node:child_process"
+import { fileURLToPath } from "node:url"
 import { beforeAll } from "vitest"
 import { backend, maxAbsDiff, tinyConfig, tinyTokenizer } from "./model-fixtures.js"
 
@@ -63,7 +65,7 @@ describe("packing", () => {
     ])
   })
 
-  it("respects the token budget, one sequence per row without packing, and rejects what cannot fit", () => {
+  it("respects the token budget, one sequence per row without packing, and rejects what cannot fit", async () => {
     const seqs = Array.from({ length: 10 }, (_, i) => seq(Array.from({ length: 5 + i }, (_, j) => j)))
     const batches = packSequences(seqs, { maxTokens: 32, maxSeqLen: 16, pack: false })
     expect(batches.reduce((n, b) => n + b.rows, 0)).toBe(10)
@@ -78,28 +80,28 @@ describe("packing", () => {
     const model = Transformer.init(tinyConfig(16), 1)
     const [sftOnly] = packSequences([seq([1, 2, 3])], { maxTokens: 64, maxSeqLen: 16 })
     expect(sftOnly!.hasPolicyGradientInputs).toBe(false)
-    expect(() => microBatchGradients(model, sftOnly!, { kind: "pg", ...DEFAULT_PG })).toThrow(/needs advantages and behaviorLogprobs/)
+    await expect(microBatchGradients(model, sftOnly!, { kind: "pg", ...DEFAULT_PG })).rejects.toThrow(/needs advantages and behaviorLogprobs/)
     model.dispose()
   })
 })
 
 describe("gradients", () => {
-  it("accumulating micro-batches equals one batch", () => {
+  it("accumulating micro-batches equals one batch", async () => {
     const model = Transformer.init(tinyConfig(50), 1)
     const seqs = Array.from({ length: 6 }, (_, i) => seq(Array.from({ length: 6 + i }, (_, j) => (i * 7 + j * 3) % 50)))
-    const sum = (batches: ReturnType<typeof packSequences>) => {
+    const sum = async (batches: ReturnType<typeof packSequences>) => {
       let acc: Map<string, tf.Tensor> | undefined
       for (const b of batches) {
-        const { grads } = microBatchGradients(model, b, { kind: "sft" })
+        const { grads } = await microBatchGradients(model, b, { kind: "sft" })
         if (acc === undefined) acc = grads
         else for (const [n, g] of grads) acc.set(n, tf.add(acc.get(n)!, g))
       }
       return acc!
     }
-    const whole = sum(packSequences(seqs, { maxTokens: 1024, maxSeqLen: 32 }))
+    const whole = await sum(packSequences(seqs, { maxTokens: 1024, maxSeqLen: 32 }))
     const pieces = packSequences(seqs, { maxTokens: 16, maxSeqLen: 16, pack: false })
     expect(pieces.length).toBeGreaterThan(2)
-    const split = sum(pieces)
+    const split = await sum(pieces)
     for (const [n, g] of whole) expect(maxAbsDiff(g.dataSync(), split.get(n)!.dataSync())).toBeLessThan(1e-5)
     tf.dispose([...whole.values(), ...split.values()])
     model.dispose()
@@ -117,7 +119,7 @@ describe("SFT", () => {
       const w = new Float32Array(ids.length).fill(1 / (ids.length - 1))
       const batches = packSequences([{ tokens: ids, weights: w }], { maxTokens: 256, maxSeqLen: 64 })
       const losses: Array<number> = []
-      for (let i = 0; i < 80; i++) losses.push(trainStep(model, opt, batches, { kind: "sft" }).loss)
+      for (let i = 0; i < 80; i++) losses.push((yield* Effect.promise(() => trainStep(model, opt, batches, { kind: "sft" }))).loss)
       expect(losses[0]).toBeGreaterThan(4)
       expect(losses[losses.length - 1]!).toBeLessThan(0.1)
       expect(losses[losses.length - 1]!).toBeLessThan(losses[0]! / 20)
@@ -162,13 +164,14 @@ describe("policy gradient", () => {
       })
     )
 
-  const actionLogprob = (model: Transformer, s: TrainingSequence, mask: Float32Array) => {
-    const [lp] = scoreSequences(model, [s], { maxTokens: 256, maxSeqLen: 64 })
-    let sum = 0
-    let n = 0
-    for (let i = 1; i < lp!.length; i++) if (mask[i] === 1) (sum += lp![i]!, n++)
-    return sum / n
-  }
+  const actionLogprob = (model: Transformer, s: TrainingSequence, mask: Float32Array) =>
+    Effect.promise(async () => {
+      const [lp] = await scoreSequences(model, [s], { maxTokens: 256, maxSeqLen: 64 })
+      let sum = 0
+      let n = 0
+      for (let i = 1; i < lp!.length; i++) if (mask[i] === 1) (sum += lp![i]!, n++)
+      return sum / n
+    })
 
   it.effect.each([1, -1])("advantage %d moves the sampled tokens' logprob that way", (sign) =>
     Effect.gen(function* () {
@@ -181,17 +184,17 @@ describe("policy gradient", () => {
         behaviorLogprobs: behavior
       }
       // The engine's logprobs are the model's: the first update is exactly on-policy.
-      const before = actionLogprob(model, s, mask)
+      const before = yield* actionLogprob(model, s, mask)
       expect(Math.abs(before - mean(behavior.subarray(3), 0))).toBeLessThan(1e-4)
       const opt = new AdamW(model.params, { lr: 3e-3 })
       const batches = packSequences([s], { maxTokens: 256, maxSeqLen: 64 })
-      const first = trainStep(model, opt, batches, { kind: "pg", ...DEFAULT_PG })
+      const first = yield* Effect.promise(() => trainStep(model, opt, batches, { kind: "pg", ...DEFAULT_PG }))
       expect(first.pg!.meanRatio).toBeCloseTo(1, 6)
       expect(first.pg!.clipFraction).toBe(0)
       expect(first.pg!.meanImportanceWeight).toBeCloseTo(1, 4)
       expect(first.tokens).toBe(12)
-      for (let i = 0; i < 4; i++) trainStep(model, opt, batches, { kind: "pg", ...DEFAULT_PG })
-      const after = actionLogprob(model, s, mask)
+      for (let i = 0; i < 4; i++) yield* Effect.promise(() => trainStep(model, opt, batches, { kind: "pg", ...DEFAULT_PG }))
+      const after = yield* actionLogprob(model, s, mask)
       expect(sign * (after - before)).toBeGreaterThan(0.05)
       opt.dispose()
       model.dispose()
@@ -202,29 +205,30 @@ describe("policy gradient", () => {
     Effect.gen(function* () {
       const model = Transformer.init(tinyConfig(40), 6)
       const { tokens, mask, behavior } = yield* sample(model, 3)
-      const [current] = scoreSequences(model, [{ tokens, weights: mask }], { maxTokens: 256, maxSeqLen: 64 })
-      const gradNorm = (s: TrainingSequence) => {
-        const [b] = packSequences([s], { maxTokens: 256, maxSeqLen: 64 })
-        const r = microBatchGradients(model, b!, { kind: "pg", ...DEFAULT_PG })
-        const norm = AdamW.globalNorm(r.grads)
-        tf.dispose([...r.grads.values()])
-        return { norm, pg: r.pg! }
-      }
+      const [current] = yield* Effect.promise(() => scoreSequences(model, [{ tokens, weights: mask }], { maxTokens: 256, maxSeqLen: 64 }))
+      const gradNorm = (s: TrainingSequence) =>
+        Effect.promise(async () => {
+          const [b] = packSequences([s], { maxTokens: 256, maxSeqLen: 64 })
+          const r = await microBatchGradients(model, b!, { kind: "pg", ...DEFAULT_PG })
+          const norm = await AdamW.globalNorm(r.grads)
+          tf.dispose([...r.grads.values()])
+          return { norm, pg: r.pg! }
+        })
       const base = { tokens, weights: mask, behaviorLogprobs: behavior }
       // π/π_old = e ≫ 1 + clip with A > 0: clipped, no gradient.
-      const up = gradNorm({ ...base, advantages: mask, oldLogprobs: Float32Array.from(current!, (x) => x - 1) })
+      const up = yield* gradNorm({ ...base, advantages: mask, oldLogprobs: Float32Array.from(current!, (x) => x - 1) })
       expect(up.pg.clipFraction).toBe(1)
       expect(up.norm).toBe(0)
       // π/π_old = e² > dual clip 3 with A < 0: dual-clipped, no gradient.
-      const down = gradNorm({ ...base, advantages: Float32Array.from(mask, (m) => -m), oldLogprobs: Float32Array.from(current!, (x) => x - 2) })
+      const down = yield* gradNorm({ ...base, advantages: Float32Array.from(mask, (m) => -m), oldLogprobs: Float32Array.from(current!, (x) => x - 2) })
       expect(down.pg.dualClipFraction).toBe(1)
       expect(down.norm).toBe(0)
       // Same ratio, A < 0 but below the dual clip (ratio 1.5): gradient flows.
-      const flows = gradNorm({ ...base, advantages: Float32Array.from(mask, (m) => -m), oldLogprobs: Float32Array.from(current!, (x) => x - Math.log(1.5)) })
+      const flows = yield* gradNorm({ ...base, advantages: Float32Array.from(mask, (m) => -m), oldLogprobs: Float32Array.from(current!, (x) => x - Math.log(1.5)) })
       expect(flows.pg.dualClipFraction).toBe(0)
       expect(flows.norm).toBeGreaterThan(0)
       // A token the behavior policy found 100x less likely than π_old: weight capped at tis_cap.
-      const stale = gradNorm({ ...base, advantages: mask, behaviorLogprobs: Float32Array.from(current!, (x) => x - Math.log(100)) })
+      const stale = yield* gradNorm({ ...base, advantages: mask, behaviorLogprobs: Float32Array.from(current!, (x) => x - Math.log(100)) })
       expect(stale.pg.meanImportanceWeight).toBeCloseTo(DEFAULT_PG.tisCap, 5)
       expect(stale.pg.truncatedFraction).toBe(1)
       model.dispose()
@@ -233,7 +237,7 @@ describe("policy gradient", () => {
 })
 
 describe("AdamW", () => {
-  it("clips by global norm and follows its schedule", () => {
+  it("clips by global norm and follows its schedule", async () => {
     const lr = schedule({ peak: 1, warmupSteps: 4, kind: "cosine", totalSteps: 14, minRatio: 0.1 })
     expect([0, 1, 2, 3].map(lr)).toEqual([0.25, 0.5, 0.75, 1])
     expect(lr(4)).toBeCloseTo(1, 10)
@@ -245,14 +249,35 @@ describe("AdamW", () => {
     const p = tf.variable(tf.tensor1d([1, 1]))
     const opt = new AdamW(new Map([["p", p]]), { lr: 0.1, maxGradNorm: 1 })
     const g = tf.tensor1d([30, 40])
-    const stats = opt.apply(new Map([["p", g]]))
+    const stats = await opt.apply(new Map([["p", g]]))
     expect(stats.gradNorm).toBeCloseTo(50, 4)
     expect(stats.clipped).toBe(true)
     expect(stats.step).toBe(1)
     // First Adam step moves every coordinate by lr·sign(g), whatever the clipping scale.
     expect(maxAbsDiff(p.dataSync(), [0.9, 0.9])).toBeLessThan(1e-5)
-    expect(() => opt.apply(new Map())).toThrow(/no gradient for p/)
+    await expect(opt.apply(new Map())).rejects.toThrow(/no gradient for p/)
     tf.dispose([p, g])
     opt.dispose()
   })
+})
+
+describe("a backend that cannot read synchronously (WebGPU in Node)", () => {
+  it("scores and trains (SFT and PG) with every read asynchronous", () => {
+    const child = spawnSync(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./fixtures/no-sync-reads.ts", import.meta.url))], {
+      env: { ...process.env },
+      encoding: "utf8",
+      timeout: 120_000
+    })
+    expect(child.status, child.stderr).toBe(0)
+    const r = JSON.parse(child.stdout.trim().split("\n").pop()!)
+    expect(r.scored).toEqual([20, 21, 22])
+    expect(r.sft.loss).toBeGreaterThan(0)
+    expect(r.sft.entropy).toBeGreaterThan(0)
+    expect(r.sft.gradNorm).toBeGreaterThan(0)
+    expect(r.sft.tokens).toBe(12 + 13 + 14)
+    expect(r.pg.tokens).toBe(12 + 13 + 14)
+    // scored, then trained on the same weights: exactly on-policy
+    expect(r.pg.meanRatio).toBeCloseTo(1, 5)
+    expect(Number.isFinite(r.pg.approxKl)).toBe(true)
+  }, 150_000)
 })

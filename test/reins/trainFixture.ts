@@ -89,7 +89,7 @@ export const maxLogprobGap = async (dir: string, calls: ReadonlyArray<LlmCall>) 
   let gap = 0
   for (const c of calls) {
     const tokens = Int32Array.from([...c.promptIds, ...c.outputIds])
-    const [lp] = scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: loaded.config.contextLength })
+    const [lp] = await scoreSequences(model, [{ tokens, weights: new Float32Array(tokens.length) }], { maxTokens: 4096, maxSeqLen: loaded.config.contextLength })
     for (let i = 0; i < c.outputIds.length; i++) gap = Math.max(gap, Math.abs(lp![c.promptIds.length + i]! - c.logprobs[i]!))
   }
   model.dispose()

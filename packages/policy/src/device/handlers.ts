@@ -115,7 +115,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
           const sequences = objective.kind === "pg" && checked.length > 1
-            ? yield* Effect.try({ try: () => withOldLogprobs(model, checked, settings), catch: asDeviceError("Train: scoring π_old") })
+            ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, settings), catch: asDeviceError("Train: scoring π_old") })
             : checked
           const batches = yield* Effect.try({ try: () => packSteps(sequences, settings), catch: asDeviceError("Train") })
           return yield* runSteps(model, adam, batches, objective)
@@ -165,15 +165,15 @@ export const deviceHandlers = (options: DeviceOptions) =>
         }),
       Train: (request) => exclusive(timedTrain(request)),
       Score: ({ sequences }) =>
-        exclusive(Effect.try({
-          try: () => {
+        exclusive(Effect.tryPromise({
+          try: async () => {
             sequences.forEach((tokens, i) => {
               checkIds(tokens, model.config.vocabSize, `Score: sequence ${i}`)
               if (tokens.length - 1 > contextLength) {
                 throw new DeviceError({ message: `Score: sequence ${i} has ${tokens.length} tokens; the model's context is ${contextLength}` })
               }
             })
-            const scored = scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
+            const scored = await scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
               maxTokens: SCORE_MICRO_BATCH_TOKENS,
               maxSeqLen: contextLength
             })

@@ -73,12 +73,12 @@ export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): A
 }
 
 /** Adds π_old (the current weights' logprobs) to every sequence: the PPO ratio's denominator. */
-export const withOldLogprobs = (
+export const withOldLogprobs = async (
   model: Transformer,
   steps: Array<Array<TrainingSequence>>,
   settings: TrainSettings
-): Array<Array<TrainingSequence>> => {
-  const old = scoreSequences(model, steps.flat(), { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
+): Promise<Array<Array<TrainingSequence>>> => {
+  const old = await scoreSequences(model, steps.flat(), { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
   let i = 0
   return steps.map((step) => step.map((seq) => ({ ...seq, oldLogprobs: old[i++]! })))
 }
@@ -161,7 +161,7 @@ export const runSteps = (
   objective: Objective
 ): Effect.Effect<Array<TrainStepStats>, DeviceError> =>
   Effect.forEach(steps, (batches, s) =>
-    Effect.try({
+    Effect.tryPromise({
       try: () => trainStep(model, optimizer, batches, objective),
       catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
     }).pipe(Effect.zipLeft(yieldToEventLoop)))

@@ -261,13 +261,14 @@ const entropyOf = (p: Float32Array, z: Float32Array, lse: Float32Array, n: numbe
 
 /**
  * log softmax(logits)[target] for every row of logits [N, V] → [N], and the softmax entropy of
- * every row (values only, no gradient). The gradient is (oneHot − softmax)·dy, computed directly:
+ * every row (values only, no gradient; a tensor, so no backend has to read it back here, kept out
+ * of any enclosing tidy: the caller disposes it). The gradient is (oneHot − softmax)·dy, computed directly:
  * −softmax·dy, then dy added at each row's target (on wasm in place, through a view of the
  * gradient this op has just made), so no [N, V] one-hot matrix is ever built — at a 49k
  * vocabulary each [N, V] tensor of a 1024-token micro-batch is 200 MB of the wasm heap.
  */
-export const tokenLogprobs = (logits: tf.Tensor2D, targets: Int32Array): { logprobs: tf.Tensor1D; entropy: Float32Array } => {
-  let entropy: Float32Array | undefined
+export const tokenLogprobs = (logits: tf.Tensor2D, targets: Int32Array): { logprobs: tf.Tensor1D; entropy: tf.Tensor1D } => {
+  let entropy: tf.Tensor1D | undefined
   const [n, vocab] = logits.shape
   const flat = Int32Array.from(targets, (t, i) => i * vocab + t) // each target's index in z, flattened
   const logprobs = (
@@ -280,7 +281,12 @@ export const tokenLogprobs = (logits: tf.Tensor2D, targets: Int32Array): { logpr
         const lse = tf.reshape(tf.sub(tf.max(z, -1, true), tf.log(tf.max(probs, -1, true))), [n]) // [N]
         const picked = tf.tidy(() => tf.gather(tf.reshape(z, [n * vocab]), tf.tensor1d(flat, "int32")))
         const value = tf.sub(picked, lse)
-        entropy = isWasm() ? entropyOf(view(probs), view(z), view(lse), n, vocab) : new Float32Array(tf.tidy(() => tf.sub(lse, tf.sum(tf.mul(probs, z), -1))).dataSync() as Float32Array)
+        // kept: tfjs disposes what a custom op's forward makes and does not return
+        entropy = tf.keep(
+          isWasm()
+            ? upload<tf.Rank.R1>(entropyOf(view(probs), view(z), view(lse), n, vocab), [n])
+            : tf.tidy(() => tf.sub(lse, tf.sum(tf.mul(probs, z), -1)) as tf.Tensor1D)
+        )
         save([probs])
         return {
           value,

@@ -39,8 +39,8 @@ export interface LossOutput {
   readonly loss: tf.Scalar
   /** log π(y_t) per slot (no gradient needed; read it after the step). */
   readonly logprobs: tf.Tensor1D
-  /** Entropy of π at every slot. */
-  readonly entropy: Float32Array
+  /** Entropy of π at every slot (no gradient; kept out of tidies: the caller disposes it). */
+  readonly entropy: tf.Tensor1D
   /** log π_old per slot as used in the ratio. */
   readonly oldLogprobs: Float32Array | undefined
 }

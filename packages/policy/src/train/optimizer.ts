@@ -89,18 +89,20 @@ export class AdamW {
     this.v = zeros()
   }
 
-  /** Global L2 norm of a set of gradients. */
-  static globalNorm(grads: ReadonlyMap<string, tf.Tensor>): number {
+  /** Global L2 norm of a set of gradients (read asynchronously: see train/step.ts). */
+  static async globalNorm(grads: ReadonlyMap<string, tf.Tensor>): Promise<number> {
     const sq = tf.tidy(() => tf.addN([...grads.values()].map((g) => tf.sum(tf.square(g)))))
-    const value = sq.dataSync()[0]!
-    sq.dispose()
-    return Math.sqrt(value)
+    try {
+      return Math.sqrt((await sq.data())[0]!)
+    } finally {
+      sq.dispose()
+    }
   }
 
   /** Applies one update from `grads` (by parameter name; every parameter needs one). */
-  apply(grads: ReadonlyMap<string, tf.Tensor>): UpdateStats {
+  async apply(grads: ReadonlyMap<string, tf.Tensor>): Promise<UpdateStats> {
     for (const name of this.params.keys()) if (!grads.has(name)) throw new OptimizerError({ message: `no gradient for ${name}` })
-    const gradNorm = AdamW.globalNorm(grads)
+    const gradNorm = await AdamW.globalNorm(grads)
     if (!Number.isFinite(gradNorm)) throw new OptimizerError({ message: `gradient norm is ${gradNorm}; update skipped` })
     const max = this.options.maxGradNorm
     const clipped = max !== undefined && gradNorm > max

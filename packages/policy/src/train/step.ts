@@ -3,6 +3,9 @@
  * gradients summed across them (the losses are already weighted sums, see losses.ts), then one
  * AdamW update with global-norm clipping. Returns the step's stats in the shape the device
  * sends them (`TrainStepStats`), so no layer in between renames them.
+ *
+ * Every value read back from the device (losses, entropies, the gradient norm, scores) is read
+ * asynchronously: WebGPU in Node has no synchronous read, and wasm resolves these at once.
  */
 import { PgStepStats, TrainStepStats } from "@reins/protocol"
 import * as tf from "@tensorflow/tfjs"
@@ -19,22 +22,33 @@ interface MicroResult {
 }
 
 /** Loss and gradients of one micro-batch (gradients by parameter name; the caller disposes them). */
-export const microBatchGradients = (model: Transformer, batch: MicroBatch, objective: Objective): MicroResult => {
+export const microBatchGradients = async (model: Transformer, batch: MicroBatch, objective: Objective): Promise<MicroResult> => {
   if (objective.kind === "pg" && !batch.hasPolicyGradientInputs) {
     throw new PackingError({ message: "the policy-gradient loss needs advantages and behaviorLogprobs on every sequence" })
   }
   const names = new Map(model.variables().map((v) => [v.name, v] as const))
-  let entropySum = 0
-  let pg: PgStats | undefined
+  let kept: { readonly entropy: tf.Tensor1D; readonly logprobs: tf.Tensor1D; readonly old: Float32Array | undefined } | undefined
   const { value, grads } = tf.variableGrads(() => {
     const logits = model.forward(batch, { training: true })
     const out: LossOutput = objective.kind === "sft" ? sftLoss(logits, batch) : policyGradientLoss(logits, batch, objective)
-    for (let i = 0; i < out.entropy.length; i++) if (batch.weights[i] !== 0) entropySum += out.entropy[i]!
-    if (objective.kind === "pg") pg = pgStats(batch, out.logprobs.dataSync() as Float32Array, out.oldLogprobs!, objective)
+    // read after the step's work is queued, not in the middle of it
+    kept = { entropy: tf.keep(out.entropy), logprobs: tf.keep(out.logprobs), old: out.oldLogprobs }
     return out.loss
   }, model.variables())
-  const loss = value.dataSync()[0]!
-  value.dispose()
+  let loss: number
+  let entropySum = 0
+  let pg: PgStats | undefined
+  try {
+    const [lossValue, entropy, logprobs] = await Promise.all([value.data(), kept!.entropy.data(), objective.kind === "pg" ? kept!.logprobs.data() : undefined])
+    loss = lossValue[0]!
+    for (let i = 0; i < entropy.length; i++) if (batch.weights[i] !== 0) entropySum += entropy[i]!
+    if (objective.kind === "pg") pg = pgStats(batch, logprobs as Float32Array, kept!.old!, objective)
+  } catch (e) {
+    for (const g of Object.values(grads)) g.dispose()
+    throw e
+  } finally {
+    tf.dispose([value, kept!.entropy, kept!.logprobs])
+  }
   const byName = new Map<string, tf.Tensor>()
   for (const [name, param] of model.trainable) {
     const g = grads[param.name]
@@ -61,7 +75,7 @@ const mergePg = (parts: ReadonlyArray<PgStats>): PgStepStats | undefined => {
 }
 
 /** Accumulates gradients over `batches` and applies one optimizer update. */
-export const trainStep = (model: Transformer, optimizer: AdamW, batches: ReadonlyArray<MicroBatch>, objective: Objective): TrainStepStats => {
+export const trainStep = async (model: Transformer, optimizer: AdamW, batches: ReadonlyArray<MicroBatch>, objective: Objective): Promise<TrainStepStats> => {
   if (batches.length === 0) throw new Error("trainStep needs at least one micro-batch")
   const started = performance.now()
   let acc: Map<string, tf.Tensor> | undefined
@@ -71,7 +85,7 @@ export const trainStep = (model: Transformer, optimizer: AdamW, batches: Readonl
   const pgParts: Array<PgStats> = []
   try {
     for (const batch of batches) {
-      const r = microBatchGradients(model, batch, objective)
+      const r = await microBatchGradients(model, batch, objective)
       loss += r.loss
       entropySum += r.entropySum
       tokens += batch.trainedTokens
@@ -86,7 +100,7 @@ export const trainStep = (model: Transformer, optimizer: AdamW, batches: Readonl
         }
       }
     }
-    const { gradNorm, clipped, lr } = optimizer.apply(acc!)
+    const { gradNorm, clipped, lr } = await optimizer.apply(acc!)
     const pg = mergePg(pgParts)
     return new TrainStepStats({
       loss,
@@ -108,15 +122,19 @@ export const trainStep = (model: Transformer, optimizer: AdamW, batches: Readonl
  * log π(tokens[i] | tokens[..i)) under the model's current weights for every sequence, aligned
  * with its tokens (index 0 is NaN). Used for π_old before several optimizer steps, and in tests.
  */
-export const scoreSequences = (model: Transformer, sequences: ReadonlyArray<TrainingSequence>, options: PackOptions): Array<Float32Array> => {
+export const scoreSequences = async (model: Transformer, sequences: ReadonlyArray<TrainingSequence>, options: PackOptions): Promise<Array<Float32Array>> => {
   const out: Array<Float32Array | undefined> = sequences.map(() => undefined)
   for (const batch of packSequences(sequences, options)) {
     const values = tf.tidy(() => {
-      const logits = model.forward(batch)
-      return sftLoss(logits, batch).logprobs
+      const out = sftLoss(model.forward(batch), batch)
+      out.entropy.dispose()
+      return out.logprobs
     })
-    unpack(batch, values.dataSync() as Float32Array, out, sequences)
-    values.dispose()
+    try {
+      unpack(batch, (await values.data()) as Float32Array, out, sequences)
+    } finally {
+      values.dispose()
+    }
   }
   return out.map((o, i) => o ?? Float32Array.from({ length: sequences[i]!.tokens.length }, () => NaN))
 }

@@ -166,7 +166,7 @@ const trainLoop = (policy: Policy, model: Transformer, sequences: ReadonlyArray<
         const step = tokenNormalized(sequences, plan[k]!)
         for (const s of step) tokens += s.tokens.length - 1
         const batches = policy.packSequences(step, { maxTokens: MICRO_BATCH_TOKENS, maxSeqLen: model.config.contextLength })
-        const stats = yield* Effect.try({
+        const stats = yield* Effect.tryPromise({
           try: () => policy.trainStep(model, optimizer, batches, { kind: "sft" }),
           catch: (e) => new SftError({ message: `training step ${k + 1} failed: ${(e as Error).message}` })
         })
