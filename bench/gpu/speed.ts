@@ -46,13 +46,52 @@ export interface SpeedRow {
   readonly error?: string
 }
 
+/** A rate, or why it could not be measured. */
+interface Measured {
+  readonly value: number | null
+  readonly error?: string
+}
+
 /** Runs `f`, turning a failure into the row's error (the other rows still run). */
-const attempt = async (f: () => Promise<number>): Promise<{ value: number | null; error?: string }> => {
+const attempt = async (f: () => Promise<number>): Promise<Measured> => {
   try {
     return { value: await f() }
   } catch (e) {
     return { value: null, error: (e as Error).message.split("\n")[0]! }
   }
+}
+
+const ENGINE_ROWS = ["prefill", "decode ×1", ...BATCHES.map((n) => `decode ×${n}`)]
+
+/**
+ * Prefill and decoding through the engine, by row label (best of `reps` runs after a warm-up
+ * run). If the engine cannot even start on this backend, every engine row carries that error.
+ */
+const measureEngine = async (model: Transformer, s: Settings): Promise<Map<string, Measured>> => {
+  const vocab = model.config.vocabSize
+  const out = new Map<string, Measured>()
+  const scope = Effect.runSync(Scope.make())
+  try {
+    const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, stopIds: [], maxBatch: Math.max(...BATCHES) }), scope))
+    const best = (n: number, prompt: number, newTokens: number, rate: (r: EngineRun) => number) =>
+      attempt(async () => {
+        let fastest = -Infinity
+        for (let r = 0; r <= s.reps; r++) {
+          const v = rate(await Effect.runPromise(engineRun(engine, n, prompt, newTokens, vocab)))
+          if (r > 0) fastest = Math.max(fastest, v)
+        }
+        return fastest
+      })
+    out.set("prefill", await best(1, s.prefill, 1, (r) => s.prefill / r.firstTokenS))
+    out.set("decode ×1", await best(1, s.prompt, s.decode1, (r) => r.decodeTokPerS))
+    for (const n of BATCHES) out.set(`decode ×${n}`, await best(n, s.prompt, s.decodeMany, (r) => r.decodeTokPerS))
+  } catch (e) {
+    const error = `the engine did not start: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`
+    for (const label of ENGINE_ROWS) out.set(label, { value: null, error })
+  } finally {
+    await Effect.runPromise(Scope.close(scope, Exit.void))
+  }
+  return out
 }
 
 export const measureSpeed = async (options: {
@@ -65,67 +104,30 @@ export const measureSpeed = async (options: {
 }): Promise<{ readonly rows: ReadonlyArray<SpeedRow>; readonly misfit: string | null }> => {
   const { config: c, s, matmul, bandwidth } = options
   const misfit = options.backend === "wasm" ? wasmMisfit(c, { lora: false }) ?? null : null
-  const flopsBound = matmul.gflops * 1e9
-  const ctx1 = s.prompt + s.decode1 / 2
-  const ctxMany = s.prompt + s.decodeMany / 2
+  const flops = matmul.gflops * 1e9
   const tokens = s.trainRows * s.trainSeq
-  const row = (label: string, boundOf: SpeedRow["boundOf"], bound: number, goal: number | null, r: { value: number | null; error?: string }): SpeedRow => ({
-    label,
-    measured: r.value,
-    bound,
-    unit: "tok/s",
-    boundOf,
-    fraction: r.value === null ? null : r.value / bound,
-    goal,
-    ...(r.error === undefined ? {} : { error: r.error })
-  })
-  const bounds = {
-    prefill: flopsBound / (prefillFlops(c, s.prefill) / s.prefill),
-    decode1: decodeBound(c, bandwidth.gbps, 1, ctx1),
-    decodeMany: flopsBound / forwardFlops(c, 1, ctxMany),
-    full: flopsBound / (fullTrainFlops(c, tokens, s.trainSeq) / tokens),
-    lora: flopsBound / (loraTrainFlops(c, tokens, s.trainSeq) / tokens)
-  }
-  if (misfit !== null) {
-    const no = { value: null, error: misfit }
-    return {
-      misfit,
-      rows: [
-        row("prefill", "matmul", bounds.prefill, null, no),
-        row("decode ×1", "bandwidth", bounds.decode1, GOAL, no),
-        ...BATCHES.map((n) => row(`decode ×${n}`, "matmul", bounds.decodeMany, GOAL, no)),
-        row("full train", "matmul", bounds.full, GOAL, no),
-        row("LoRA train", "matmul", bounds.lora, GOAL, no)
-      ]
-    }
-  }
+  // Every row: what bounds it, and the bound in tok/s.
+  const specs: ReadonlyArray<Omit<SpeedRow, "measured" | "fraction" | "unit" | "error">> = [
+    { label: "prefill", boundOf: "matmul", bound: flops / (prefillFlops(c, s.prefill) / s.prefill), goal: null },
+    { label: "decode ×1", boundOf: "bandwidth", bound: decodeBound(c, bandwidth.gbps, 1, s.prompt + s.decode1 / 2), goal: GOAL },
+    ...BATCHES.map((n) => ({ label: `decode ×${n}`, boundOf: "matmul" as const, bound: flops / forwardFlops(c, 1, s.prompt + s.decodeMany / 2), goal: GOAL })),
+    { label: "full train", boundOf: "matmul", bound: flops / (fullTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL },
+    { label: "LoRA train", boundOf: "matmul", bound: flops / (loraTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL }
+  ]
+  const rows = (measured: (label: string) => Measured): Array<SpeedRow> =>
+    specs.map((spec) => {
+      const m = measured(spec.label)
+      return { ...spec, unit: "tok/s", measured: m.value, fraction: m.value === null ? null : m.value / spec.bound, ...(m.error === undefined ? {} : { error: m.error }) }
+    })
+  if (misfit !== null) return { misfit, rows: rows(() => ({ value: null, error: misfit })) }
   const model = Transformer.fromWeights(c, benchWeights(c, 0))
   try {
-    const scope = Effect.runSync(Scope.make())
-    const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, stopIds: [], maxBatch: Math.max(...BATCHES) }), scope))
-    /** The best of `reps` runs after a warm-up run (compilation, first touch of the caches). */
-    const best = (n: number, prompt: number, newTokens: number, rate: (r: EngineRun) => number) =>
-      attempt(async () => {
-        let out = -Infinity
-        for (let r = 0; r <= s.reps; r++) {
-          const v = rate(await Effect.runPromise(engineRun(engine, n, prompt, newTokens, c.vocabSize)))
-          if (r > 0) out = Math.max(out, v)
-        }
-        return out
-      })
-    const engineRows: Array<SpeedRow> = []
-    try {
-      engineRows.push(row("prefill", "matmul", bounds.prefill, null, await best(1, s.prefill, 1, (r) => s.prefill / r.firstTokenS)))
-      engineRows.push(row("decode ×1", "bandwidth", bounds.decode1, GOAL, await best(1, s.prompt, s.decode1, (r) => r.decodeTokPerS)))
-      for (const n of BATCHES) engineRows.push(row(`decode ×${n}`, "matmul", bounds.decodeMany, GOAL, await best(n, s.prompt, s.decodeMany, (r) => r.decodeTokPerS)))
-    } finally {
-      await Effect.runPromise(Scope.close(scope, Exit.void))
-    }
+    const measured = await measureEngine(model, s)
     const train = { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-5, microBatchTokens: options.microBatchTokens }
-    const full = await attempt(async () => tokens / (await measureTrain(model, train)).seconds)
+    measured.set("full train", await attempt(async () => tokens / (await measureTrain(model, train)).seconds))
     model.attachLora(LORA, initAdapters(c, LORA, 0))
-    const lora = await attempt(async () => tokens / (await measureTrain(model, train)).seconds)
-    return { misfit, rows: [...engineRows, row("full train", "matmul", bounds.full, GOAL, full), row("LoRA train", "matmul", bounds.lora, GOAL, lora)] }
+    measured.set("LoRA train", await attempt(async () => tokens / (await measureTrain(model, train)).seconds))
+    return { misfit, rows: rows((label) => measured.get(label)!) }
   } finally {
     model.dispose()
   }

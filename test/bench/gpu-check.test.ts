@@ -4,7 +4,9 @@
  * the packed one), run.sh unpacks Dawn and runs the bundled check with a tiny model, wasm under
  * test against cpu as the reference, and the results are written: correctness within its
  * tolerances, the matmul and bandwidth bounds measured, every speed row a rate over its bound.
- * Asking run.sh for its default backend, webgpu, fails in one line naming what is missing.
+ * Asking run.sh for its default backend, webgpu, fails in one line naming what is missing. And
+ * a run like one on WebGPU in Node, which cannot read tensors synchronously (cpu with every
+ * synchronous read made to throw): correctness and training go through, the engine rows say why not.
  */
 import { spawnSync } from "node:child_process"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs"
@@ -72,5 +74,22 @@ describe("the GPU check", () => {
     })
     expect(webgpu.status).toBe(1)
     expect(webgpu.stderr).toMatch(/gpu check: backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter)/)
+  }, 300_000)
+
+  it("on a backend that cannot read synchronously: correctness and training run, the engine rows name the read", () => {
+    const out = path.join(dir, "no-sync")
+    const run = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "bench/run.ts"), "gpu", "--backend", "cpu", "--reference", "wasm", "--arch", "tiny", "--quick", "--out", out], {
+      env: { ...process.env, NODE_OPTIONS: `--conditions=reins-source --import ${path.join(root, "test/policy/fixtures/forbid-sync-reads.mjs")}` },
+      encoding: "utf8",
+      timeout: 240_000
+    })
+    expect(run.status, run.stderr).toBe(0)
+    const result = JSON.parse(readFileSync(path.join(out, "gpu-quick.json"), "utf8"))
+    expect(result).toMatchObject({ backend: "cpu", reference: "wasm", correctness: { met: true } })
+    const rows = new Map((result.speed.rows as Array<Row & { error?: string }>).map((r) => [r.label, r]))
+    for (const label of ["prefill", "decode ×1", "decode ×16", "decode ×64"]) {
+      expect(rows.get(label)).toMatchObject({ measured: null, error: expect.stringMatching(/^the engine did not start: dataSync: a synchronous read/) })
+    }
+    for (const label of ["full train", "LoRA train"]) expect(rows.get(label)!.measured, label).toBeGreaterThan(0)
   }, 300_000)
 })

@@ -263,7 +263,8 @@ describe("AdamW", () => {
 
 describe("a backend that cannot read synchronously (WebGPU in Node)", () => {
   it("scores and trains (SFT and PG) with every read asynchronous", () => {
-    const child = spawnSync(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./fixtures/no-sync-reads.ts", import.meta.url))], {
+    const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
+    const child = spawnSync(process.execPath, ["--import", "tsx", "--import", fixture("forbid-sync-reads.mjs"), fixture("no-sync-reads.ts")], {
       env: { ...process.env },
       encoding: "utf8",
       timeout: 120_000
