@@ -261,9 +261,9 @@ const entropyOf = (p: Float32Array, z: Float32Array, lse: Float32Array, n: numbe
 
 /**
  * log softmax(logits)[target] for every row of logits [N, V] → [N], and the softmax entropy of
- * every row (values only, no gradient; a tensor, so no backend has to read it back here, kept out
- * of any enclosing tidy: the caller disposes it). The gradient is (oneHot − softmax)·dy, computed directly:
- * −softmax·dy, then dy added at each row's target (on wasm in place, through a view of the
+ * every row (values only, no gradient; a tensor, so no backend has to read it back here; kept
+ * out of any enclosing tidy: the caller disposes it). The gradient is (oneHot − softmax)·dy,
+ * computed directly: −softmax·dy, then dy added at each row's target (on wasm in place, through a view of the
  * gradient this op has just made), so no [N, V] one-hot matrix is ever built — at a 49k
  * vocabulary each [N, V] tensor of a 1024-token micro-batch is 200 MB of the wasm heap.
  */

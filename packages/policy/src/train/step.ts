@@ -126,9 +126,9 @@ export const scoreSequences = async (model: Transformer, sequences: ReadonlyArra
   const out: Array<Float32Array | undefined> = sequences.map(() => undefined)
   for (const batch of packSequences(sequences, options)) {
     const values = tf.tidy(() => {
-      const out = sftLoss(model.forward(batch), batch)
-      out.entropy.dispose()
-      return out.logprobs
+      const { entropy, logprobs } = sftLoss(model.forward(batch), batch)
+      entropy.dispose()
+      return logprobs
     })
     try {
       unpack(batch, (await values.data()) as Float32Array, out, sequences)
