@@ -40,6 +40,15 @@ const backendFlag = (args: ReadonlyArray<string>, name: string): BackendName | u
 
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split("\n")[0]!
 
+/** The result, or the first line of why there is none (the check's other parts still run). */
+const orError = async <A>(f: () => Promise<A>): Promise<A | { readonly error: string }> => {
+  try {
+    return await f()
+  } catch (e) {
+    return { error: message(e) }
+  }
+}
+
 /** What the WebGPU backend knows of its adapter (vendor, architecture), if that is the backend. */
 const adapterInfo = (): Record<string, unknown> | null => {
   const info = (tf.backend() as { adapterInfo?: Record<string, unknown> }).adapterInfo
@@ -80,22 +89,12 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const correctness = await checkCorrectness(backend, reference)
   console.log("correctness", correctness)
   const reps = quick ? 1 : 3
-  let matmul: MatmulBound | { error: string }
-  let bandwidth: BandwidthBound | { error: string }
-  try {
-    matmul = await matmulBound({ gpu, reps })
-  } catch (e) {
-    matmul = { error: message(e) }
-  }
-  try {
-    bandwidth = await bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps })
-  } catch (e) {
-    bandwidth = { error: message(e) }
-  }
+  const matmul = await orError(() => matmulBound({ gpu, reps }))
+  const bandwidth = await orError(() => bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps }))
   console.log("bounds", { matmul, bandwidth })
   const noSpeed = (error: string) => ({ misfit: null, rows: [] as ReadonlyArray<SpeedRow>, error })
   const speed = "error" in matmul || "error" in bandwidth
-    ? noSpeed(`no bound: ${"error" in matmul ? matmul.error : (bandwidth as { error: string }).error}`)
+    ? noSpeed(`no bound: ${"error" in matmul ? matmul.error : "error" in bandwidth ? bandwidth.error : ""}`)
     : await measureSpeed({ config, s, backend, matmul, bandwidth, microBatchTokens }).catch((e) => noSpeed(message(e)))
   console.log("speed", speed)
   report({ quick, out, backend, reference, title, config, s, microBatchTokens, correctness, matmul, bandwidth, speed })
@@ -103,7 +102,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
 
 const report = (r: {
   quick: boolean; out: string; backend: string; reference: string; title: string; config: ReturnType<typeof speedConfig>["config"]; s: (typeof SETTINGS)["full"]
-  microBatchTokens: number; correctness: Correctness; matmul: MatmulBound | { error: string }; bandwidth: BandwidthBound | { error: string }
+  microBatchTokens: number; correctness: Correctness; matmul: MatmulBound | { readonly error: string }; bandwidth: BandwidthBound | { readonly error: string }
   speed: { readonly misfit: string | null; readonly rows: ReadonlyArray<SpeedRow>; readonly error?: string }
 }) => {
   const c = r.correctness

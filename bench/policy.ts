@@ -19,7 +19,6 @@
  * touch of memory).
  */
 import {
-  forwardFlops,
   generateAll,
   type GenerationEngine,
   initBackend,
@@ -33,6 +32,7 @@ import { Effect } from "effect"
 import os from "node:os"
 import { writeReport } from "./report.js"
 import { runArch } from "./policy/arch.js"
+import { fullTrainFlops } from "./policy/costs.js"
 import { archById } from "./policy/archs.js"
 import { cpuSeconds, matmulGflops, measureTrain } from "./policy/measure.js"
 
@@ -136,7 +136,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const peak = measurePeak(quick ? 3 : 7)
   console.log("peak", peak)
   const trainRun = await measureTrain(model, { rows: 32, seqLen: 128, steps: quick ? 3 : 7, warmup: 2, lr: 1e-3 })
-  const trainFlops = 3 * forwardFlops(config, 32 * 128, 128)
+  const trainFlops = fullTrainFlops(config, 32 * 128, 128)
   const train = { ...trainRun, flops: trainFlops, gflops: trainFlops / trainRun.seconds / 1e9 }
   console.log("train", { ...train, times: train.times.map((t) => t.toFixed(3)) })
   const gen = await Effect.runPromise(measureGeneration(model, quick))

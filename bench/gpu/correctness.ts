@@ -77,7 +77,6 @@ export const writeTinyCheckpoint = (dir: string) =>
     const tokenizer = trainBpe("the cat sat on the mat. the dog sat on the log. 12 + 30 = 42. ".repeat(8), { vocabSize: 300 })
     const generationConfig = new GenerationConfig({ eosTokenIds: [...hf.eosTokenIds], temperature: 1, topP: 1, topK: 0, maxNewTokens: 64 })
     yield* saveModelDir(dir, { config: hf.config, weights: randomWeights(hf.config, 3), tokenizer, chatTemplate: ChatTemplate.default(), generationConfig, hf })
-    return hf.config
   })
 
 /** The same sequences on every backend: 4 × 48 tokens, uniform over the vocabulary. */
