@@ -16,7 +16,7 @@
  * copied from this repository's install, which is the same version.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -164,6 +164,21 @@ it("installs as compiled JavaScript: no workspace links, no TypeScript, no tsx",
 it("npx reins --help", { timeout: 120_000 }, () => {
   const help = timed("help", () => run("npx", ["--offline", "reins", "--help"], project, 60_000))
   for (const command of ["train", "serve", "eval", "sft", "export", "node", "status"]) expect(help).toContain(command)
+})
+
+it("help and version come from the bundled command line, word for word what the full one prints", { timeout: 120_000 }, () => {
+  const installed = join(project, "node_modules", "reins")
+  const bundled = (args: ReadonlyArray<string>) => run("node", [join(installed, "dist", "cli-bundle", "bin.mjs"), ...args], project, 30_000)
+  const full = (args: ReadonlyArray<string>) => run("node", [join(installed, "dist", "bin.js"), ...args], project, 30_000)
+  const commands = ["start", "node", "status", "rollouts", "ui", "tokenizer", "serve", "sft", "train", "eval", "export", "bench"]
+  for (const args of [["--help"], ["--version"], ...commands.map((c) => [c, "--help"])]) {
+    expect(bundled(args), args.join(" ")).toBe(full(args))
+  }
+  // the bundle holds the command line, not reins's packages: they stay imports of the installed ones
+  const chunks = readdirSync(join(installed, "dist", "cli-bundle"))
+  const text = chunks.map((f) => readFileSync(join(installed, "dist", "cli-bundle", f), "utf8")).join("\n")
+  expect(text).toMatch(/from\s*"@reins\/runtime"/)
+  expect(text).not.toContain("makeRolloutController")
 })
 
 it("npx reins serve answers a chat completion from the shipped calc base", { timeout: 180_000 }, async () => {
