@@ -4,7 +4,7 @@ import { Device, deviceWorkerLayer, loadTokenizer } from "@reins/policy"
 import { GenerateRequest, SamplingParams } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
 import { Chunk, Effect, Fiber, Layer, Stream } from "effect"
-import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { engineSettled } from "./device-fixtures.js"
@@ -50,6 +50,51 @@ describe("device actor", () => {
         expect(after).toEqual(ids)
       }).pipe(Effect.scoped, Effect.provide(ActorSystem.layerLocal())))
     } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
+
+  it("serves fewer tokens per sequence than the model's context when its KV memory is smaller (REINS_KV_CACHE_MB)", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "reins-device-kv-"))
+    const modelDir = path.join(dir, "model")
+    const before = process.env["REINS_KV_CACHE_MB"]
+    try {
+      /** What a device started with `REINS_KV_CACHE_MB=mb` answers its first call with. */
+      const firstCall = (mb: string) => {
+        process.env["REINS_KV_CACHE_MB"] = mb
+        return Effect.runPromiseExit(
+          Effect.gen(function*() {
+            yield* Layer.build(deviceWorkerLayer({ modelDir, createDefault: true }))
+            return yield* (yield* Device.client).Info()
+          }).pipe(Effect.scoped, Effect.provide(ActorSystem.layerLocal()))
+        ).then(String)
+      }
+      // A bad value, or one too small for a single 64-token block of this model's cache, fails
+      // the device's start, saying why.
+      expect(await firstCall("lots")).toContain("REINS_KV_CACHE_MB=lots: expected a positive number of MiB")
+      expect(await firstCall("0.01")).toContain("cannot hold one 64-token block of this model's cache")
+      process.env["REINS_KV_CACHE_MB"] = "1"
+      await Effect.runPromise(Effect.gen(function*() {
+        yield* Layer.build(deviceWorkerLayer({ modelDir, createDefault: true }))
+        const device = yield* Device.client
+        const info = yield* device.Info()
+        const config = JSON.parse(readFileSync(path.join(modelDir, "config.json"), "utf8")) as Record<string, number>
+        const kvWidth = config["num_key_value_heads"]! * (config["head_dim"] ?? config["hidden_size"]! / config["num_attention_heads"]!)
+        const perToken = config["num_hidden_layers"]! * kvWidth * 2 * 4
+        const bytes = 1024 * 1024
+        // whole 64-token blocks of cache within the memory, less than the model's context
+        expect(info.contextLength).toBeLessThan(config["max_position_embeddings"]!)
+        expect(info.contextLength % 64).toBe(0)
+        expect(info.contextLength * perToken).toBeLessThanOrEqual(bytes)
+        expect((info.contextLength + 64) * perToken).toBeGreaterThan(bytes - 65_536) // the decoder's scratch is under 64 KiB here
+        const tokenizer = yield* loadTokenizer(modelDir)
+        const promptIds = tokenizer.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n", { allowSpecial: true })
+        const chunks = Chunk.toReadonlyArray(yield* Stream.runCollect(device.Generate(new GenerateRequest({ requestId: "kv", promptIds, params: greedy(4000) }))))
+        expect(promptIds.length + chunks.reduce((n, c) => n + c.outputIds.length, 0)).toBeLessThanOrEqual(info.contextLength)
+      }).pipe(Effect.scoped, Effect.provide(ActorSystem.layerLocal())))
+    } finally {
+      if (before === undefined) delete process.env["REINS_KV_CACHE_MB"]
+      else process.env["REINS_KV_CACHE_MB"] = before
       rmSync(dir, { recursive: true, force: true })
     }
   }, 120_000)

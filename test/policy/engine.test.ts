@@ -10,6 +10,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
   AdamW,
+  DecodeWeights,
+  FastDecoder,
   EngineError,
   type GenerationEngine,
   generateAll,
@@ -41,7 +43,7 @@ const prompt = (seed: number, n = 6) => Array.from({ length: n }, (_, i) => (see
 const withEngine = <A, E>(
   model: Transformer,
   f: (engine: GenerationEngine) => Effect.Effect<A, E>,
-  options: { maxBatch?: number; stopIds?: Array<number>; coalesceMs?: number } = {}
+  options: { maxBatch?: number; stopIds?: Array<number>; coalesceMs?: number; kvBytes?: number } = {}
 ) =>
   Effect.scoped(
     Effect.flatMap(
@@ -50,7 +52,8 @@ const withEngine = <A, E>(
         tokenizer: tok,
         stopIds: options.stopIds ?? [],
         ...(options.maxBatch !== undefined ? { maxBatch: options.maxBatch } : {}),
-        ...(options.coalesceMs !== undefined ? { coalesceMs: options.coalesceMs } : {})
+        ...(options.coalesceMs !== undefined ? { coalesceMs: options.coalesceMs } : {}),
+        ...(options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
       }),
       f
     )
@@ -355,6 +358,88 @@ describe("weights", () => {
       other.dispose()
     })
   )
+})
+
+describe("KV memory", () => {
+  // tinyConfig: 2 layers × kv width 32 → 512 bytes of cache per token; caches come in 64 tokens.
+  const CACHE_64 = 64 * 512
+
+  it.effect("requests wait for room in the KV memory, and get the tokens they get with room to spare", () =>
+    Effect.gen(function* () {
+      const model = Transformer.init(tinyConfig(V), 60)
+      const requests = (tag: string) =>
+        Array.from({ length: 6 }, (_, i) => request(prompt(60 + i), { maxTokens: 40, temperature: 1, seed: 100 + i }, `${tag}${i}`))
+      const run = (kvBytes?: number) =>
+        withEngine(model, (engine) =>
+          Effect.gen(function* () {
+            let maxRunning = 0
+            let maxWaiting = 0
+            const watch = yield* Effect.fork(
+              Effect.forever(
+                Effect.flatMap(engine.stats, (s) =>
+                  Effect.sync(() => {
+                    maxRunning = Math.max(maxRunning, s.running)
+                    maxWaiting = Math.max(maxWaiting, s.waiting)
+                  })
+                ).pipe(Effect.zipRight(Effect.yieldNow()))
+              )
+            )
+            const outs = yield* Effect.forEach(requests(kvBytes === undefined ? "roomy" : "tight"), (r) => generateAll(engine, r), { concurrency: "unbounded" })
+            yield* Fiber.interrupt(watch)
+            return { outs, maxRunning, maxWaiting }
+          }), kvBytes === undefined ? {} : { kvBytes })
+      const roomy = yield* run()
+      // room for two caches of 64 tokens beside the decoder's scratch (under 2 KiB here), not three
+      const tight = yield* run(2 * CACHE_64 + 4096)
+      expect(roomy.maxRunning).toBeGreaterThan(2)
+      expect(tight.maxRunning).toBe(2)
+      expect(tight.maxWaiting).toBeGreaterThan(0)
+      for (let i = 0; i < 6; i++) {
+        expect(Array.from(tight.outs[i]!.outputIds)).toEqual(Array.from(roomy.outs[i]!.outputIds))
+        expect(tight.outs[i]!.finishReason).toBe(roomy.outs[i]!.finishReason)
+      }
+    }), 60_000)
+
+  it.effect("holds fewer tokens per sequence than the context when the memory is small, says so, and keeps serving", () =>
+    Effect.gen(function* () {
+      const model = Transformer.init(tinyConfig(V, { contextLength: 256 }), 61)
+      yield* withEngine(model, (engine) =>
+        Effect.gen(function* () {
+          // two 64-token blocks fit beside the scratch; a third does not
+          expect(engine.maxSequenceTokens).toBe(128)
+          const exit = yield* Effect.exit(generateAll(engine, request(Array.from({ length: 130 }, (_, i) => i % 50))))
+          const error = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+          expect(error?.message).toMatch(/the prompt has 130 tokens; the KV memory holds 128 tokens per sequence \(the context 256\)/)
+          // as at the context's end: cut at what the memory holds
+          const long = yield* generateAll(engine, request(prompt(62), { maxTokens: 500 }))
+          expect(long.outputIds.length).toBe(128 - 6)
+          expect(long.finishReason).toBe("length")
+          const after = yield* generateAll(engine, request(prompt(63), { maxTokens: 5 }))
+          expect(after.outputIds.length).toBe(5)
+        }), { kvBytes: 2 * CACHE_64 + 4096 })
+    }), 60_000)
+
+  it("a cache above 2 GiB of kernel memory decodes as one at the bottom", () => {
+    // 512 MiB caches (1M tokens × 512 bytes) fill the first 2.5 GiB; the pages are never touched.
+    const model = Transformer.init(tinyConfig(V, { contextLength: 1 << 20 }), 62)
+    const weights = DecodeWeights.fromModel(model)
+    const ids = Int32Array.from(prompt(64, 9))
+    const low = new FastDecoder(weights)
+    const expected = low.forward([{ cache: low.newCache(64), ids }], "all").slice()
+    const high = new FastDecoder(weights)
+    const fillers = Array.from({ length: 5 }, () => high.newCache(1 << 20))
+    const cache = high.newCache(64)
+    expect(cache.offset).toBeGreaterThan(2 ** 31)
+    const got = high.forward([{ cache, ids }], "all")
+    let worst = 0
+    for (let i = 0; i < expected.length; i++) worst = Math.max(worst, Math.abs(got[i]! - expected[i]!))
+    expect(worst).toBeLessThan(1e-5)
+    for (const f of [...fillers, cache]) high.freeCache(f)
+    low.dispose()
+    high.dispose()
+    weights.dispose()
+    model.dispose()
+  })
 })
 
 describe("bad requests", () => {

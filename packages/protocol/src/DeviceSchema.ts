@@ -31,6 +31,7 @@ export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
   modelId: Schema.String,
   /** The model directory it serves (tokenizer.json and chat_template.jinja are read from it). */
   modelDir: Schema.String,
+  /** Tokens one sequence may hold: the model's context, or less where the KV memory holds less. */
   contextLength: Schema.Int,
   /** Completion length when a request sets none. */
   defaultMaxTokens: Schema.Int,

@@ -38,6 +38,13 @@ export interface DeviceOptions {
   /** The id clients send as `model` (default: the directory's name, or `reins-default`). */
   readonly modelId?: string
   readonly backend?: BackendName
+  /**
+   * Bytes of memory for the KV caches (default: `REINS_KV_CACHE_MB` MiB, else the most the
+   * decoder's attention kernels address, wasm32's 4 GiB). A smaller memory serves fewer tokens per
+   * sequence than the model's context (`DeviceInfo.contextLength` says how many) and fewer
+   * sequences at once; requests wait for room.
+   */
+  readonly kvBytes?: number
   /** Train LoRA adapters (PEFT's meaning) instead of every weight; plain data, it crosses to the worker. */
   readonly lora?: { readonly rank: number; readonly alpha: number; readonly dropout?: number; readonly targets?: ReadonlyArray<string> }
 }

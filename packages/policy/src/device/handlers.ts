@@ -45,9 +45,21 @@ const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError
     Effect.mapError(deviceError)
   )
 
+/** The KV caches' memory: the option, else `REINS_KV_CACHE_MB` (MiB), else the decoder's most. */
+const kvCacheBytes = (option: number | undefined): Effect.Effect<number | undefined, DeviceError> => {
+  if (option !== undefined) return Effect.succeed(option)
+  const raw = process.env["REINS_KV_CACHE_MB"]
+  if (raw === undefined || raw === "") return Effect.succeed(undefined)
+  const mb = Number(raw)
+  return Number.isFinite(mb) && mb > 0
+    ? Effect.succeed(Math.floor(mb * 1024 * 1024))
+    : Effect.fail(new DeviceError({ message: `REINS_KV_CACHE_MB=${raw}: expected a positive number of MiB for the KV caches (at most 4096)` }))
+}
+
 /** The device's handlers: loads the model, starts the engine, serves it until the scope closes. */
 export const deviceHandlers = (options: DeviceOptions) =>
   Effect.gen(function*() {
+    const kvBytes = yield* kvCacheBytes(options.kvBytes)
     const backend = yield* Effect.tryPromise({
       try: () => initBackend(options.backend),
       catch: (e) => new DeviceError({ message: `no TensorFlow.js backend: ${String(e)}` })
@@ -71,7 +83,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
     /** What a Train changes (every weight, or only the adapters), to roll back a failed one. */
     const snapshot = () => (lora === undefined ? model.readWeights() : model.readAdapters())
     const putBack = (w: ReturnType<typeof snapshot>) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
-    const engine = yield* makeEngine({ model, tokenizer: policy.tokenizer, stopIds: policy.generationConfig.eosTokenIds })
+    const engine = yield* makeEngine({
+      model,
+      tokenizer: policy.tokenizer,
+      stopIds: policy.generationConfig.eosTokenIds,
+      ...(kvBytes !== undefined ? { kvBytes } : {})
+    })
     const optimizer = new DeviceOptimizer(model)
     yield* Effect.addFinalizer(() => Effect.sync(() => optimizer.dispose()))
     const modelId = options.modelId ??
@@ -79,6 +96,14 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const clock = new BusyClock()
     const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const contextLength = policy.config.contextLength
+    if (engine.maxSequenceTokens === 0) {
+      return yield* new DeviceError({ message: `the KV memory (${kvBytes} bytes, REINS_KV_CACHE_MB) cannot hold one 64-token block of this model's cache: give it more` })
+    }
+    if (engine.maxSequenceTokens < contextLength) {
+      yield* Effect.logWarning(
+        `the KV memory holds ${engine.maxSequenceTokens} tokens per sequence, less than the model's context of ${contextLength}: calls are served up to ${engine.maxSequenceTokens} tokens`
+      )
+    }
     /** The version the engine serves (and the model's weights are, outside a Train). */
     let version = model.version
     /** The caller paused the device (Pause without Resume yet): a swap must not resume it. */
@@ -138,7 +163,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           new DeviceInfo({
             modelId,
             modelDir: path.resolve(options.modelDir),
-            contextLength,
+            contextLength: Math.min(contextLength, engine.maxSequenceTokens),
             defaultMaxTokens: policy.generationConfig.maxNewTokens,
             version,
             backend,

@@ -19,8 +19,11 @@ export interface Decoder<C extends DecoderCache = DecoderCache> {
   readonly config: ModelConfig
   /** The policy version of the weights in use. */
   readonly version: number
-  newCache(capacity: number): C
-  /** Drops a cache's contents (it may be reused by `newCache`). */
+  /** The most tokens one cache can hold (prompt and output together). */
+  readonly maxCacheTokens: number
+  /** A cache for `capacity` tokens, or undefined while the live caches leave no room for it. */
+  tryNewCache(capacity: number): C | undefined
+  /** Drops a cache's contents (its memory may be reused by `tryNewCache`). */
   releaseCache(cache: C): void
   /**
    * Appends each chunk's ids to its cache; logits of each chunk's last id, [chunks, vocab]
@@ -37,9 +40,9 @@ export class FastEngineDecoder implements Decoder<KvCache> {
   private weights: DecodeWeights
   private readonly decoder: FastDecoder
 
-  constructor(model: Transformer, version = model.version) {
+  constructor(model: Transformer, version = model.version, options: { readonly kvBytes?: number } = {}) {
     this.weights = DecodeWeights.fromModel(model, { version })
-    this.decoder = new FastDecoder(this.weights)
+    this.decoder = new FastDecoder(this.weights, options)
   }
 
   get config(): ModelConfig {
@@ -50,8 +53,12 @@ export class FastEngineDecoder implements Decoder<KvCache> {
     return this.weights.version
   }
 
-  newCache(capacity: number): KvCache {
-    return this.decoder.newCache(capacity)
+  get maxCacheTokens(): number {
+    return this.decoder.maxCacheTokens
+  }
+
+  tryNewCache(capacity: number): KvCache | undefined {
+    return this.decoder.tryNewCache(capacity)
   }
 
   releaseCache(cache: KvCache): void {

@@ -36,6 +36,11 @@ export interface EngineOptions {
   readonly maxBatch?: number
   readonly prefillBudget?: number
   /**
+   * Bytes of memory for the KV caches (and the decoder's attention scratch); default and most:
+   * wasm32's 4 GiB, where the decoder's attention kernels keep them. Requests wait for room.
+   */
+  readonly kvBytes?: number
+  /**
    * A sequence's tokens are sent together until this many ms have passed since its last chunk
    * (default 10; 0 sends every token alone). Waking every consumer fiber at every step costs
    * more than the step itself at 16+ sequences; 10 ms is invisible to a reader.
@@ -54,6 +59,8 @@ export interface GenerationEngine {
   /** New weights as version `version`: a model's current variables, or plain weights by name. */
   readonly setWeights: (version: number, weights: WeightSource) => Effect.Effect<void, EngineError>
   readonly stats: Effect.Effect<EngineStats>
+  /** The most tokens one sequence can hold (prompt and output): the context, or less when the KV memory is smaller. */
+  readonly maxSequenceTokens: number
 }
 
 export interface EngineStats extends SchedulerStats {
@@ -70,7 +77,7 @@ export const yieldToEventLoop = Effect.async<void>((resume) => {
 export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
   Effect.gen(function* () {
     const version = options.version ?? options.model.version
-    const decoder: Decoder = new FastEngineDecoder(options.model, version)
+    const decoder: Decoder = new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
     const scheduler = new Scheduler({
       decoder,
       ...(options.tokenizer !== undefined ? { tokenizer: options.tokenizer } : {}),
@@ -182,7 +189,8 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
           },
           catch: (e) => new EngineError({ requestId: "", message: `setWeights: ${e instanceof Error ? e.message : String(e)}`, cause: e })
         }),
-      stats: Effect.sync(() => ({ ...scheduler.stats(), parked }))
+      stats: Effect.sync(() => ({ ...scheduler.stats(), parked })),
+      maxSequenceTokens: decoder.maxCacheTokens
     } satisfies GenerationEngine
   })
 

@@ -158,10 +158,14 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   submit(requestId: string, promptIds: Int32Array, params: SamplingParams, sink: Sink): void {
     const fail = (message: string) => new EngineError({ requestId, message })
     const c = this.decoder.config
+    // A sequence's KV cache is reserved whole when it is admitted: its tokens are bounded by the
+    // context and by what one cache can hold, whichever is less.
+    const limit = this.decoder.maxCacheTokens
     if (this.find(requestId) !== undefined) throw fail(`request ${requestId} is already running`)
     if (promptIds.length === 0) throw fail("the prompt is empty")
-    if (promptIds.length >= c.contextLength) {
-      throw fail(`the prompt has ${promptIds.length} tokens; the context holds ${c.contextLength}, leaving no room to generate`)
+    if (promptIds.length >= limit) {
+      const holds = limit < c.contextLength ? `the KV memory holds ${limit} tokens per sequence (the context ${c.contextLength})` : `the context holds ${c.contextLength}`
+      throw fail(`the prompt has ${promptIds.length} tokens; ${holds}, leaving no room to generate`)
     }
     for (const id of promptIds) if (!(id >= 0 && id < c.vocabSize)) throw fail(`prompt token id ${id} is outside the vocabulary of ${c.vocabSize}`)
     let stops: StopMatcher
@@ -170,6 +174,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     } catch (e) {
       throw fail(e instanceof Error ? e.message : String(e))
     }
+    const budget = Math.min(params.maxTokens, limit - promptIds.length)
     this.waiting.push({
       id: requestId,
       prompt: promptIds,
@@ -177,13 +182,13 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       sink,
       rng: new Rng(params.seed ?? randomSeed()),
       stops,
-      budget: Math.min(params.maxTokens, c.contextLength - promptIds.length),
+      budget,
       count: 0,
-      outIds: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
-      outLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
-      outVersions: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length)),
-      outTopIds: new Int32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length) * params.topLogprobs),
-      outTopLogprobs: new Float32Array(Math.min(params.maxTokens, c.contextLength - promptIds.length) * params.topLogprobs),
+      outIds: new Int32Array(budget),
+      outLogprobs: new Float32Array(budget),
+      outVersions: new Int32Array(budget),
+      outTopIds: new Int32Array(budget * params.topLogprobs),
+      outTopLogprobs: new Float32Array(budget * params.topLogprobs),
       emitted: 0,
       lastEmit: 0,
       cache: undefined,
@@ -254,8 +259,8 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     this.admit()
     const chunks: Array<{ seq: Sequence<C>; cache: C; ids: Int32Array }> = []
     let budget = this.prefillBudget
-    for (const seq of this.running) {
-      if (seq.cacheVersion !== this.decoder.version) this.recompute(seq)
+    for (const seq of [...this.running]) {
+      if (seq.cacheVersion !== this.decoder.version && !this.recompute(seq)) continue
       const prefill = seq.pending.length > 1
       if (prefill && budget <= 0) continue
       const take = prefill ? Math.min(seq.pending.length, budget) : 1
@@ -284,19 +289,38 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     return [...this.waiting, ...this.running, ...this.held].find((s) => s.id === requestId)
   }
 
+  /**
+   * Admits waiting requests in order while there is a batch slot and KV memory for the next one's
+   * whole cache (prompt + budget), reserved now so that a running sequence never runs out of it.
+   * When the memory is full the queue waits for running sequences to finish; once none is live,
+   * any cache within `maxCacheTokens` fits, so the head of the queue is never stuck.
+   */
   private admit(): void {
-    while (!this.draining && this.waiting.length > 0 && this.running.length < this.maxBatch) this.running.push(this.waiting.shift()!)
+    while (!this.draining && this.waiting.length > 0 && this.running.length < this.maxBatch) {
+      const seq = this.waiting[0]!
+      const cache = this.decoder.tryNewCache(seq.prompt.length + seq.budget)
+      if (cache === undefined) return
+      seq.cache = cache
+      seq.cacheVersion = this.decoder.version
+      this.running.push(this.waiting.shift()!)
+    }
   }
 
   /** (Re)builds a sequence's cache from scratch under the current weights. */
-  private recompute(seq: Sequence<C>): void {
+  private recompute(seq: Sequence<C>): boolean {
     if (seq.cache !== undefined) this.decoder.releaseCache(seq.cache)
-    seq.cache = this.decoder.newCache(seq.prompt.length + seq.budget)
+    // The region just released has this very size, so it is there to take again.
+    seq.cache = this.decoder.tryNewCache(seq.prompt.length + seq.budget)
+    if (seq.cache === undefined) {
+      this.abort(seq, new EngineError({ requestId: seq.id, message: "the KV memory could not hold the sequence's cache again after new weights" }))
+      return false
+    }
     seq.cacheVersion = this.decoder.version
     const all = new Int32Array(seq.prompt.length + seq.count)
     all.set(seq.prompt)
     all.set(seq.outIds.subarray(0, seq.count), seq.prompt.length)
     seq.pending = all
+    return true
   }
 
   /** Samples the next token of `seq`, emits it, and retires the sequence if it is done. */

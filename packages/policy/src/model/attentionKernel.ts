@@ -130,14 +130,19 @@ interface WasmApi {
 const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
 
 const PAGE = 65536
+/** What a wasm32 memory can address: 65,536 pages of 64 KiB. */
+export const KERNEL_MAX_BYTES = 65536 * PAGE
 
 /**
- * The kernels and their memory. `alloc`/`free` hand out float regions (free regions are reused
- * by size); `f32()` is a view of the whole memory, valid until the next `alloc` (which may grow
- * the memory and detach old views).
+ * The kernels and their memory. `alloc` hands out the decoder's permanent scratch; `allocRegion`
+ * and `free` the KV caches, which come and go (free regions are reused by size). `f32()` is a view
+ * of the whole memory, valid until the next allocation (which may grow the memory and detach old
+ * views).
  */
 export class AttentionKernel {
   readonly simd: boolean
+  /** The most bytes the memory may grow to (wasm32's 4 GiB unless a smaller limit is asked for). */
+  readonly maxBytes: number
   private readonly memory: WasmMemory
   /** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len, stride multiples of 16). */
   readonly dotRows: Kernel
@@ -145,9 +150,12 @@ export class AttentionKernel {
   readonly axpyRows: Kernel
   private view: Float32Array
   private top = 64 // bytes; offset 0 stays unused
+  /** Where the regions begin: the permanent scratch lies below. */
+  private base = 64
   private readonly freeBySize = new Map<number, Array<number>>()
+  private liveRegions = 0
 
-  constructor(options: { readonly simd?: boolean } = {}) {
+  constructor(options: { readonly simd?: boolean; readonly maxBytes?: number } = {}) {
     const bytes = kernelBytes()
     const simd = options.simd !== false && WebAssembly.validate(bytes)
     if (simd) {
@@ -156,38 +164,87 @@ export class AttentionKernel {
       this.dotRows = instance.exports["dot_rows"] as Kernel
       this.axpyRows = instance.exports["axpy_rows"] as Kernel
     } else {
+      // Float indices with `>>> 2`: byte addresses above 2 GiB are negative as int32.
       this.memory = new WebAssembly.Memory({ initial: 1 })
-      this.dotRows = (a, b, rows, stride, len, out) => jsDotRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
-      this.axpyRows = (a, b, rows, stride, len, out) => jsAxpyRows(this.view, a >> 2, b >> 2, rows, stride >> 2, len >> 2, out >> 2)
+      this.dotRows = (a, b, rows, stride, len, out) => jsDotRows(this.view, a >>> 2, b >>> 2, rows, stride >>> 2, len >>> 2, out >>> 2)
+      this.axpyRows = (a, b, rows, stride, len, out) => jsAxpyRows(this.view, a >>> 2, b >>> 2, rows, stride >>> 2, len >>> 2, out >>> 2)
     }
     this.simd = simd
+    this.maxBytes = Math.min(KERNEL_MAX_BYTES, options.maxBytes ?? KERNEL_MAX_BYTES)
     this.view = new Float32Array(this.memory.buffer)
   }
 
-  /** A float32 view of the memory (refresh after `alloc`). */
+  /** A float32 view of the memory (refresh after an allocation). */
   f32(): Float32Array {
     if (this.view.buffer !== this.memory.buffer) this.view = new Float32Array(this.memory.buffer)
     return this.view
   }
 
-  /** Reserves `floats` floats (16-byte aligned); returns the byte offset. */
+  /** Reserves `floats` floats (16-byte aligned) for good; returns the byte offset. Before any region. */
   alloc(floats: number): number {
-    const bytes = Math.ceil((floats * 4) / 16) * 16
+    if (this.top !== this.base) throw new Error("AttentionKernel: permanent allocations come before the first region")
+    const offset = this.takeTop(regionBytes(floats))
+    if (offset === undefined) throw new KernelMemoryFull(regionBytes(floats), this.maxBytes - this.top, this.maxBytes)
+    this.base = this.top
+    return offset
+  }
+
+  /** The largest region `allocRegion` can ever hand out, in bytes. */
+  get regionLimit(): number {
+    return this.maxBytes - this.base
+  }
+
+  /**
+   * Reserves a region of `floats` floats, or returns undefined when the memory cannot hold it now:
+   * no free region of its size and no room above the others. Once no region is live, every freed
+   * one is forgotten and the space is handed out afresh, so a region up to `regionLimit` always
+   * fits then.
+   */
+  allocRegion(floats: number): number | undefined {
+    const bytes = regionBytes(floats)
     const reuse = this.freeBySize.get(bytes)
-    if (reuse !== undefined && reuse.length > 0) return reuse.pop()!
-    const offset = this.top
-    this.top += bytes
-    const needed = Math.ceil(this.top / PAGE) - this.memory.buffer.byteLength / PAGE
-    if (needed > 0) this.memory.grow(needed)
-    this.f32()
+    let offset = reuse !== undefined && reuse.length > 0 ? reuse.pop()! : this.takeTop(bytes)
+    if (offset === undefined && this.liveRegions === 0) {
+      this.freeBySize.clear()
+      this.top = this.base
+      offset = this.takeTop(bytes)
+    }
+    if (offset !== undefined) this.liveRegions++
     return offset
   }
 
   free(offset: number, floats: number): void {
-    const bytes = Math.ceil((floats * 4) / 16) * 16
+    const bytes = regionBytes(floats)
     let list = this.freeBySize.get(bytes)
     if (list === undefined) this.freeBySize.set(bytes, (list = []))
     list.push(offset)
+    this.liveRegions--
+  }
+
+  /** `bytes` from the top, growing the memory; undefined (nothing changed) past `maxBytes`. */
+  private takeTop(bytes: number): number | undefined {
+    if (this.top + bytes > this.maxBytes) return undefined
+    const needed = Math.ceil((this.top + bytes) / PAGE) - this.memory.buffer.byteLength / PAGE
+    if (needed > 0) {
+      try {
+        this.memory.grow(needed)
+      } catch {
+        return undefined // the host would not commit the pages
+      }
+    }
+    const offset = this.top
+    this.top += bytes
+    this.f32()
+    return offset
+  }
+}
+
+const regionBytes = (floats: number): number => Math.ceil((floats * 4) / 16) * 16
+
+/** The kernel's memory cannot hold a permanent allocation. */
+export class KernelMemoryFull extends Error {
+  constructor(readonly bytes: number, readonly available: number, readonly limit: number) {
+    super(`the attention kernel's memory cannot hold ${bytes} more bytes (${available} left of its ${limit} bytes)`)
   }
 }
 

@@ -51,11 +51,15 @@ export class FastDecoder {
   private readonly scoresAt: number
   private readonly outAt: number
 
-  constructor(private weights: DecodeWeights) {
+  /**
+   * `kvBytes` bounds the kernel memory the KV caches and the decoder's scratch live in (default
+   * and most: wasm32's 4 GiB).
+   */
+  constructor(private weights: DecodeWeights, options: { readonly kvBytes?: number } = {}) {
     const c = weights.config
     this.rope = ropeTable(c.contextLength, c.headDim, c.ropeTheta, c.ropeScaling)
     // The SIMD kernels work on 4-float groups.
-    this.kernel = new AttentionKernel({ simd: c.headDim % 4 === 0 })
+    this.kernel = new AttentionKernel({ simd: c.headDim % 4 === 0, ...(options.kvBytes !== undefined ? { maxBytes: options.kvBytes } : {}) })
     this.qAt = this.kernel.alloc(c.qDim)
     this.scoresAt = this.kernel.alloc(c.contextLength)
     this.outAt = this.kernel.alloc(c.headDim)
@@ -85,11 +89,29 @@ export class FastDecoder {
     this.weights = weights
   }
 
-  /** A cache for up to `capacity` tokens (rounded up to 64, so freed caches get reused). */
+  /** A cache for up to `capacity` tokens (rounded up to 64, so freed caches get reused). Throws when the memory is full. */
   newCache(capacity = this.config.contextLength): KvCache {
+    const cache = this.tryNewCache(capacity)
+    if (cache === undefined) {
+      throw new Error(`the KV memory cannot hold a cache of ${capacity} tokens now (${this.maxCacheTokens} tokens at most, when no other cache is live)`)
+    }
+    return cache
+  }
+
+  /** A cache for up to `capacity` tokens, or undefined while the other caches leave no room for it. */
+  tryNewCache(capacity = this.config.contextLength): KvCache | undefined {
     const c = this.config
     const rounded = Math.min(c.contextLength, Math.ceil(Math.max(1, capacity) / 64) * 64)
-    return new KvCache(rounded, this.kernel.alloc(KvCache.floats(rounded, c.nLayers, c.kvDim)), c.kvDim)
+    const offset = this.kernel.allocRegion(KvCache.floats(rounded, c.nLayers, c.kvDim))
+    return offset === undefined ? undefined : new KvCache(rounded, offset, c.kvDim)
+  }
+
+  /** The most tokens one cache can hold: the model's context, or less when the KV memory is smaller. */
+  get maxCacheTokens(): number {
+    const c = this.config
+    const perToken = KvCache.floats(1, c.nLayers, c.kvDim) * 4
+    const fits = Math.floor(this.kernel.regionLimit / perToken)
+    return fits >= c.contextLength ? c.contextLength : Math.floor(fits / 64) * 64
   }
 
   /** Returns a cache's memory (the cache must not be used afterwards). */
@@ -228,9 +250,10 @@ export class FastDecoder {
     for (const ch of chunks) R += ch.ids.length
     const out = this.scratch.get("att", R * qd)
     const m = this.kernel.f32()
-    const q = this.qAt >> 2
-    const scores = this.scoresAt >> 2
-    const head = this.outAt >> 2
+    // Float indices with `>>> 2`: byte addresses above 2 GiB are negative as int32.
+    const q = this.qAt >>> 2
+    const scores = this.scoresAt >>> 2
+    const head = this.outAt >>> 2
     let r = 0
     for (const ch of chunks) {
       const keys = ch.cache.keys(l)
@@ -243,8 +266,8 @@ export class FastDecoder {
         rotateRow(qkv, src + qd, pos, KV, this.rope)
         for (let h = 0; h < KV; h++) {
           const at = h * headStride + pos * hd
-          m.set(qkv.subarray(src + qd + h * hd, src + qd + (h + 1) * hd), (keys >> 2) + at)
-          m.set(qkv.subarray(src + qd + kvd + h * hd, src + qd + kvd + (h + 1) * hd), (values >> 2) + at)
+          m.set(qkv.subarray(src + qd + h * hd, src + qd + (h + 1) * hd), (keys >>> 2) + at)
+          m.set(qkv.subarray(src + qd + kvd + h * hd, src + qd + kvd + (h + 1) * hd), (values >>> 2) + at)
         }
       }
       for (let i = 0; i < ch.ids.length; i++, r++) {
