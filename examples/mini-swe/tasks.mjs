@@ -33,6 +33,32 @@ const POOLS = {
     constants: [4, 7, 12, 14]
   }
 }
+/**
+ * `--pool wide` (train split only): the train pools plus hundreds of random letter-string names
+ * and the constants 2–30, never a word or constant of the test pools. A policy trained on the
+ * train pools alone learns their 144 function names and 9 constants by heart rather than how to
+ * copy a name or a number from the file it read, which is what the test split's unseen pools ask for.
+ */
+export const widePool = (seed) => {
+  const r = makeRandom(seed * 40503 + 11)
+  const taken = new Set(Object.values(POOLS.test).flat().map((w) => String(w).toLowerCase()))
+  const words = (count, capital) => {
+    const out = new Set()
+    while (out.size < count) {
+      const letters = Array.from({ length: r.int(3, 7) }, () => String.fromCharCode(97 + r.int(0, 25))).join("")
+      const word = capital ? letters[0].toUpperCase() + letters.slice(1) : letters
+      if (!taken.has(letters)) out.add(word)
+    }
+    return [...out]
+  }
+  const testConstants = new Set(POOLS.test.constants)
+  return {
+    verbs: [...POOLS.train.verbs, ...words(300, false)],
+    nouns: [...POOLS.train.nouns, ...words(300, true)],
+    helpers: [...POOLS.train.helpers, ...words(100, false)],
+    constants: Array.from({ length: 29 }, (_, i) => i + 2).filter((k) => !testConstants.has(k))
+  }
+}
 const ARRAYS = ["xs", "items", "nums", "vals", "list", "data", "arr"]
 const SCALARS = ["n", "m", "k", "t", "x", "y", "a", "b", "v", "w", "p", "q"]
 const ACCS = ["acc", "sum", "total", "res", "out", "s", "c", "cnt"]
@@ -335,10 +361,12 @@ const makeTask = (r, pool, { template, family }) => {
  * `n` tasks of a split, deterministic in (split, seed). Families are drawn uniformly, then a
  * template of that family; in the test split a `heldOutFraction` of tasks use a held-out combination.
  */
-export const generateTasks = ({ split = "train", n = 100, seed = 1, heldOutFraction = 0.2 } = {}) => {
+export const generateTasks = ({ split = "train", n = 100, seed = 1, heldOutFraction = 0.2, pool: poolName = "standard" } = {}) => {
   if (split !== "train" && split !== "test") throw new Error(`split must be train or test, got ${JSON.stringify(split)}`)
+  if (poolName !== "standard" && poolName !== "wide") throw new Error(`pool must be standard or wide, got ${JSON.stringify(poolName)}`)
+  if (poolName === "wide" && split !== "train") throw new Error("--pool wide is for the train split only (the test split keeps its own pools)")
   const r = makeRandom(seed * 2654435761 + (split === "test" ? 7 : 0))
-  const pool = POOLS[split]
+  const pool = poolName === "wide" ? widePool(seed) : POOLS[split]
   const usable = COMBOS.filter((c) => !c.heldOut)
   const heldOut = COMBOS.filter((c) => c.heldOut)
   const seen = new Set()
@@ -361,7 +389,7 @@ export const generateTasks = ({ split = "train", n = 100, seed = 1, heldOutFract
 }
 
 const parseCli = (argv) => {
-  const opts = { split: "train", n: 100, seed: 1, heldOutFraction: 0.2 }
+  const opts = { split: "train", n: 100, seed: 1, heldOutFraction: 0.2, pool: "standard" }
   for (let k = 0; k < argv.length; k += 2) {
     const [flag, value] = [argv[k], argv[k + 1]]
     if (value === undefined) throw new Error(`${flag} needs a value`)
@@ -369,7 +397,8 @@ const parseCli = (argv) => {
     else if (flag === "--n") opts.n = Number(value)
     else if (flag === "--seed") opts.seed = Number(value)
     else if (flag === "--held-out-fraction") opts.heldOutFraction = Number(value)
-    else throw new Error(`unknown option ${flag} (options: --split train|test, --n N, --seed S, --held-out-fraction F)`)
+    else if (flag === "--pool") opts.pool = value
+    else throw new Error(`unknown option ${flag} (options: --split train|test, --n N, --seed S, --held-out-fraction F, --pool standard|wide)`)
   }
   if (!Number.isInteger(opts.n) || opts.n < 0) throw new Error("--n must be a non-negative integer")
   if (!Number.isInteger(opts.seed)) throw new Error("--seed must be an integer")

@@ -12,6 +12,7 @@ import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, describe, expect, it } from "vitest"
 import { RESULT_PREFIX, runNodeTests, SYSTEM_PROMPT, TOOLS } from "../../examples/mini-swe/agent.mjs"
+import { widePool } from "../../examples/mini-swe/tasks.mjs"
 
 // Generous per-test bounds: every test runs real node processes, and on a busy 2-core machine node
 // start-up alone can take seconds (idle, the whole file takes well under 30 s).
@@ -117,6 +118,27 @@ describe("mini-swe task generator", () => {
       expect(Object.keys(t.input.files)).toHaveLength(2)
       expect(t.input.files[t.fix.path]!.split("\n").length).toBeLessThanOrEqual(8)
     }
+  })
+
+  it("--pool wide draws many more train names and constants, never the test split's", SLOW, async () => {
+    const gen = (...args: Array<string>) => runNode([join(DIR, "tasks.mjs"), ...args])
+    const [wide, again] = await Promise.all([gen("--split", "train", "--n", "400", "--seed", "3", "--pool", "wide"), gen("--split", "train", "--n", "400", "--seed", "3", "--pool", "wide")])
+    expect(wide.code).toBe(0)
+    expect(again.stdout).toBe(wide.stdout)
+    const tasks = wide.stdout.trim().split("\n").map((l) => JSON.parse(l) as TaskLine)
+    const names = new Set(tasks.map((t) => t.hidden_tests.fn))
+    expect(names.size).toBeGreaterThan(300) // the standard train pools hold 144 names in all
+    const testNames = new Set(test.map((t) => t.hidden_tests.fn.toLowerCase()))
+    expect([...names].some((n) => testNames.has(n.toLowerCase()))).toBe(false)
+    // the pool itself: no word and no constant of the test pools
+    const pool = widePool(3)
+    const testWords = ["fetch", "derive", "solve", "check", "measure", "budget", "height", "speed", "depth", "credit", "margin", "join", "pair", "link"]
+    expect([...pool.verbs, ...pool.nouns, ...pool.helpers].some((w) => testWords.includes(w.toLowerCase()))).toBe(false)
+    expect(pool.constants.filter((k) => [4, 7, 12, 14].includes(k))).toEqual([])
+    expect(pool.constants.length).toBeGreaterThan(20)
+    const refused = await gen("--split", "test", "--pool", "wide")
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain("--pool wide is for the train split only")
   })
 })
 
