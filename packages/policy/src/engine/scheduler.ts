@@ -259,7 +259,8 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     this.admit()
     const chunks: Array<{ seq: Sequence<C>; cache: C; ids: Int32Array }> = []
     let budget = this.prefillBudget
-    for (const seq of [...this.running]) {
+    // (an abort in recompute replaces `running`; this loop goes on over the array it started with)
+    for (const seq of this.running) {
       if (seq.cacheVersion !== this.decoder.version && !this.recompute(seq)) continue
       const prefill = seq.pending.length > 1
       if (prefill && budget <= 0) continue
