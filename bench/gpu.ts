@@ -13,7 +13,7 @@
  * says everything it can. Writes gpu.json, gpu.md and gpu.svg (`gpu-quick.*` with --quick) into
  * --out (default bench/results/).
  */
-import { type BackendName, BACKENDS, initBackend, parameterCount } from "@reins/policy"
+import { backendMemory, type BackendName, BACKENDS, initBackend, microBatchFit, parameterCount } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -82,8 +82,9 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const out = flag(args, "out") ?? resultsDir
   const backend = await initBackend(backendFlag(args, "backend"))
   const gpu = backend === "webgpu" || backend === "tensorflow"
-  const microBatchTokens = Number(flag(args, "micro-batch-tokens") ?? (gpu ? 16 * 1024 : 4096))
   const { title, config } = speedConfig(arch, s)
+  // as the device sizes them: from the backend's memory, for full training (LoRA needs less)
+  const microBatchTokens = Number(flag(args, "micro-batch-tokens") ?? microBatchFit(config, backendMemory(backend), { seqLen: s.trainSeq, lora: false }).tokens)
   console.log(`gpu check: backend ${backend}${gpu ? "" : " (no GPU backend: a dry run of the check's logic)"}, reference ${reference}, ${title}`)
 
   const correctness = await checkCorrectness(backend, reference)

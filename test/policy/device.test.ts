@@ -72,6 +72,7 @@ describe("device actor", () => {
       // A bad value, or one too small for a single 64-token block of this model's cache, fails
       // the device's start, saying why.
       expect(await firstCall("lots")).toContain("REINS_KV_CACHE_MB=lots: expected a positive number of MiB")
+      expect(await firstCall("8192")).toContain("REINS_KV_CACHE_MB=8192: at most 4096 MiB here")
       expect(await firstCall("0.01")).toContain("cannot hold one 64-token block of this model's cache")
       process.env["REINS_KV_CACHE_MB"] = "1"
       await Effect.runPromise(Effect.gen(function*() {

@@ -336,4 +336,23 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device t
       const other = yield* Effect.flatMap(TrainingDevice.client, (d) => d.Info())
       expect(other.trainingSeconds).toBe(0)
     }))
+
+  it.effect("a Train that sets no micro-batch size gets the device's own, from its backend's memory", () =>
+    Effect.gen(function*() {
+      const client = yield* deviceClient(Device)
+      const info = yield* client.info
+      // wasm: its 4 GiB heap holds far more of this tiny model, but more than 4096 tokens is no faster there
+      expect(info.backend).toBe("wasm")
+      expect(info.memoryBytes).toBe(4 * 1024 ** 3)
+      expect(info.microBatchTokens).toBe(4096)
+      const { samples } = yield* fixedBatch
+      // lr 0: the weights stay as they are for nothing but the packing to differ
+      const own = yield* client.train(new TrainRequest({ steps: [samples], settings: settings({ lr: 0, microBatchTokens: undefined }) }))
+      const given = yield* client.train(new TrainRequest({ steps: [samples], settings: settings({ lr: 0, microBatchTokens: 16, maxSeqLen: 16 }) }))
+      expect(own.steps[0]!.microBatches).toBe(1)
+      expect(given.steps[0]!.microBatches).toBe(2)
+      // the losses are weighted sums, so packing changes nothing else
+      expect(given.steps[0]!.loss).toBeCloseTo(own.steps[0]!.loss, 5)
+      expect(given.steps[0]!.gradNorm).toBeCloseTo(own.steps[0]!.gradNorm, 4)
+    }))
 })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { batchOptions, configKeys, decodeTrainerConfig, lossSettings, TrainerConfig, TrainerConfigError, trainerConfig } from "@reins/trainer"
+import { batchOptions, configKeys, decodeTrainerConfig, lossSettings, TrainerConfig, TrainerConfigError, trainerConfig, trainSettings } from "@reins/trainer"
 import { Effect } from "effect"
 
 const issuesOf = (input: unknown) =>
@@ -29,12 +29,15 @@ describe("TrainerConfig", () => {
         clip_high: 0.2,
         dual_clip: 3,
         tis_cap: 2,
-        micro_batch_tokens: 4096,
         optimizer_steps: 1,
         checkpoint_every: 10,
         seed: 0
       })
       expect(config.async_groups).toBeUndefined()
+      // unset: the device sizes micro-batches from its memory
+      expect(config.micro_batch_tokens).toBeUndefined()
+      expect(trainSettings(config, 512).microBatchTokens).toBeUndefined()
+      expect(trainSettings(trainerConfig({ micro_batch_tokens: 2048 }), 512).microBatchTokens).toBe(2048)
       expect(config.asyncGroups).toBe(8)
       expect(trainerConfig({ batch_groups: 3, async_groups: 5 }).asyncGroups).toBe(5)
       expect(lossSettings(config)).toEqual({ clipLow: 0.2, clipHigh: 0.2, dualClip: 3, tisCap: 2 })

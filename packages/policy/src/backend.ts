@@ -51,16 +51,24 @@ const importOptional = async (name: string, install: string, load: () => Promise
 
 const firstLine = (message: unknown) => String(message ?? "").split("\n")[0]!.trim()
 
+/** Which TensorFlow build the tensorflow backend runs on, once it loaded. */
+let tensorflowBuild: "gpu" | "cpu" | undefined
+
+/** The tensorflow backend runs on a GPU (`@tensorflow/tfjs-node-gpu`), not on libtensorflow's CPU build. */
+export const tensorflowOnGpu = (): boolean => tensorflowBuild === "gpu"
+
 const loadTensorflow = async (which: "gpu" | "cpu" | "any"): Promise<void> => {
   if (which !== "cpu") {
     try {
-      return void (await importOptional("@tensorflow/tfjs-node-gpu", "npm install @tensorflow/tfjs-node-gpu"))
+      await importOptional("@tensorflow/tfjs-node-gpu", "npm install @tensorflow/tfjs-node-gpu")
+      return void (tensorflowBuild = "gpu")
     } catch (e) {
       if (which === "gpu") throw e
     }
   }
   try {
     await importOptional("@tensorflow/tfjs-node", "npm install @tensorflow/tfjs-node")
+    tensorflowBuild = "cpu"
   } catch (e) {
     throw which === "any"
       ? new Missing("neither @tensorflow/tfjs-node-gpu nor @tensorflow/tfjs-node is installed (npm install @tensorflow/tfjs-node-gpu on a machine with CUDA)")

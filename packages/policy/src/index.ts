@@ -16,7 +16,8 @@ export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type H
 export { LoraConfig, LORA_TARGETS, loraSites, initAdapters, mergeAdapters, type LoraTarget, type LoraSite } from "./model/lora.js"
 export { writePeftAdapter, readPeftAdapter, PeftError, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from "./checkpoint/hf/peft.js"
 export { asHfModel, isHfConfig } from "./checkpoint/hf/hfModel.js"
-export { memoryNeed, wasmMisfit, WASM_HEAP_BYTES, type MemoryNeed } from "./model/memory.js"
+export { fitMicroBatchTokens, memoryNeed, trainingBytesPerToken, wasmMisfit, WASM_HEAP_BYTES, type MemoryNeed, type MicroBatchFit } from "./model/memory.js"
+export { backendMemory, type BackendMemory, kvCacheBytes, microBatchFit, nvidiaGpuBytes } from "./backendMemory.js"
 export { readHfWeights, encodeHfWeights, hfName, HfWeightsError, HF_WEIGHTS_FILE, HF_INDEX_FILE } from "./checkpoint/hf/weights.js"
 export {
   loadModelDir,

@@ -37,8 +37,12 @@ export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
   defaultMaxTokens: Schema.Int,
   /** The policy version serving new tokens. */
   version: Schema.Int,
-  /** The tfjs backend in use (`tensorflow`, `wasm`, `cpu`). */
+  /** The tfjs backend in use (`tensorflow`, `webgpu`, `wasm`, `cpu`). */
   backend: Schema.String,
+  /** The backend's memory in bytes, as the device sizes micro-batches from it. */
+  memoryBytes: Schema.Number,
+  /** Padded tokens per training micro-batch at the full context when a `Train` sets none. */
+  microBatchTokens: Schema.Int,
   /** Seconds since the device started (its worker loaded the model). */
   uptimeSeconds: Schema.Number,
   /**
@@ -106,8 +110,11 @@ export class TrainSettings extends Schema.Class<TrainSettings>("TrainSettings")(
   weightDecay: Schema.Number.pipe(Schema.nonNegative()),
   /** Clip gradients to this global L2 norm (absent: no clipping). */
   maxGradNorm: Schema.optional(Schema.Number.pipe(Schema.positive())),
-  /** Token budget (rows × padded length) of one packed forward/backward pass. */
-  microBatchTokens: Schema.Int.pipe(Schema.positive()),
+  /**
+   * Token budget (rows × padded length) of one packed forward/backward pass. Absent: the device
+   * sizes it from its backend's memory (`DeviceInfo.microBatchTokens` at the full context).
+   */
+  microBatchTokens: Schema.optional(Schema.Int.pipe(Schema.positive())),
   /** Longest sequence in predictions (tokens − 1); ≤ the model's context. */
   maxSeqLen: Schema.Int.pipe(Schema.positive())
 }) {}
@@ -115,7 +122,7 @@ export class TrainSettings extends Schema.Class<TrainSettings>("TrainSettings")(
 export class TrainRequest extends Schema.Class<TrainRequest>("TrainRequest")({
   /**
    * steps × samples: one optimizer step per entry of `steps`. The device packs each step into
-   * micro-batches that fit its memory (`settings.microBatchTokens`) and accumulates gradients
+   * micro-batches that fit its memory (`settings.microBatchTokens`, else its own) and accumulates gradients
    * over them.
    */
   steps: Schema.Array(Schema.Array(TrainSample)),

@@ -100,7 +100,10 @@ export class TrainerConfig extends Schema.Class<TrainerConfig>("TrainerConfig")(
       2,
       "truncated importance sampling: weight = min(π_old / π_behavior, tis_cap)"
     ),
-    micro_batch_tokens: withDefault(PositiveInt, 4096, "padded tokens (rows × longest row) per micro-batch"),
+    micro_batch_tokens: optional(
+      PositiveInt,
+      "padded tokens (rows × longest row) per micro-batch; default: what the device's backend memory holds (wasm: at most 4096)"
+    ),
     optimizer_steps: withDefault(PositiveInt, 1, "optimizer steps per batch (the batch is split by whole groups)"),
     checkpoint_every: withDefault(NonNegativeInt, 10, "save a checkpoint every K versions (0: never)"),
     max_versions: optional(PositiveInt, "stop after this many updates; default: when the tasks run out"),

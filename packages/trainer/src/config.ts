@@ -94,7 +94,7 @@ const crossChecks = (config: TrainerConfig): Array<ConfigIssue> => {
       })
     )
   }
-  if (config.max_seq_len !== undefined && config.max_seq_len > config.micro_batch_tokens) {
+  if (config.max_seq_len !== undefined && config.micro_batch_tokens !== undefined && config.max_seq_len > config.micro_batch_tokens) {
     issues.push(
       new ConfigIssue({
         key: "max_seq_len",

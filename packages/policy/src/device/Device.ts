@@ -40,7 +40,8 @@ export interface DeviceOptions {
   readonly backend?: BackendName
   /**
    * Bytes of memory for the KV caches (default: `REINS_KV_CACHE_MB` MiB, else the most the
-   * decoder's attention kernels address, wasm32's 4 GiB). A smaller memory serves fewer tokens per
+   * decoder's attention kernels address, wasm32's 4 GiB, or a quarter of the machine's memory
+   * where that is less). A smaller memory serves fewer tokens per
    * sequence than the model's context (`DeviceInfo.contextLength` says how many) and fewer
    * sequences at once; requests wait for room.
    */

@@ -12,6 +12,7 @@ import { DeviceError, DeviceInfo, EngineLoad, type PauseMode, RestoreResult, Sav
 import { Effect, Exit, Stream } from "effect"
 import path from "node:path"
 import { initBackend } from "../backend.js"
+import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
 import { loadModelDir, type ModelDir, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
 import { makeEngine } from "../engine/engine.js"
@@ -30,7 +31,6 @@ import {
   DeviceOptimizer,
   packSteps,
   runSteps,
-  SCORE_MICRO_BATCH_TOKENS,
   withOldLogprobs
 } from "./training.js"
 
@@ -45,25 +45,16 @@ const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError
     Effect.mapError(deviceError)
   )
 
-/** The KV caches' memory: the option, else `REINS_KV_CACHE_MB` (MiB), else the decoder's most. */
-const kvCacheBytes = (option: number | undefined): Effect.Effect<number | undefined, DeviceError> => {
-  if (option !== undefined) return Effect.succeed(option)
-  const raw = process.env["REINS_KV_CACHE_MB"]
-  if (raw === undefined || raw === "") return Effect.succeed(undefined)
-  const mb = Number(raw)
-  return Number.isFinite(mb) && mb > 0
-    ? Effect.succeed(Math.floor(mb * 1024 * 1024))
-    : Effect.fail(new DeviceError({ message: `REINS_KV_CACHE_MB=${raw}: expected a positive number of MiB for the KV caches (at most 4096)` }))
-}
-
 /** The device's handlers: loads the model, starts the engine, serves it until the scope closes. */
 export const deviceHandlers = (options: DeviceOptions) =>
   Effect.gen(function*() {
-    const kvBytes = yield* kvCacheBytes(options.kvBytes)
+    const kvBytes = options.kvBytes ?? (yield* Effect.try({ try: () => kvCacheBytes(), catch: asDeviceError("KV memory") }))
     const backend = yield* Effect.tryPromise({
       try: () => initBackend(options.backend),
       catch: (e) => new DeviceError({ message: `no TensorFlow.js backend: ${String(e)}` })
     })
+    const memory = yield* Effect.try({ try: () => backendMemory(backend), catch: asDeviceError("device memory") })
+    if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
     if (backend === "wasm" && !options.createDefault) {
       // Before any weight is read: a model too large for the wasm heap fails now, saying why.
       const config = yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError))
@@ -87,7 +78,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
       model,
       tokenizer: policy.tokenizer,
       stopIds: policy.generationConfig.eosTokenIds,
-      ...(kvBytes !== undefined ? { kvBytes } : {})
+      kvBytes
     })
     const optimizer = new DeviceOptimizer(model)
     yield* Effect.addFinalizer(() => Effect.sync(() => optimizer.dispose()))
@@ -96,6 +87,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const clock = new BusyClock()
     const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const contextLength = policy.config.contextLength
+    /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
+    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined }).tokens
     if (engine.maxSequenceTokens === 0) {
       return yield* new DeviceError({ message: `the KV memory (${kvBytes} bytes, REINS_KV_CACHE_MB) cannot hold one 64-token block of this model's cache: give it more` })
     }
@@ -128,6 +121,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
       Effect.gen(function*() {
         const started = performance.now()
         const { settings } = request
+        const packing = { maxTokens: settings.microBatchTokens ?? microBatchTokens(settings.maxSeqLen), maxSeqLen: settings.maxSeqLen }
         const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
@@ -140,9 +134,9 @@ export const deviceHandlers = (options: DeviceOptions) =>
           const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
           const sequences = objective.kind === "pg" && checked.length > 1
-            ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, settings), catch: asDeviceError("Train: scoring π_old") })
+            ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, packing), catch: asDeviceError("Train: scoring π_old") })
             : checked
-          const batches = yield* Effect.try({ try: () => packSteps(sequences, settings), catch: asDeviceError("Train") })
+          const batches = yield* Effect.try({ try: () => packSteps(sequences, packing), catch: asDeviceError("Train") })
           return yield* runSteps(model, adam, batches, objective)
         }).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : rollback)))
         yield* swap(version + 1, model).pipe(Effect.tapError(() => rollback))
@@ -167,6 +161,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
             defaultMaxTokens: policy.generationConfig.maxNewTokens,
             version,
             backend,
+            memoryBytes: memory.bytes,
+            microBatchTokens: microBatchTokens(contextLength),
             ...clock.read(),
             engine: new EngineLoad({ running, waiting, held, steps, generatedTokens, parked })
           })
@@ -199,7 +195,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
               }
             })
             const scored = await scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
-              maxTokens: SCORE_MICRO_BATCH_TOKENS,
+              maxTokens: microBatchTokens(contextLength),
               maxSeqLen: contextLength
             })
             for (const lp of scored) if (lp.length > 0) lp[0] = 0

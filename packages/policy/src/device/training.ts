@@ -9,12 +9,9 @@ import { yieldToEventLoop } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
 import type { Transformer } from "../model/transformer.js"
 import type { Objective } from "../train/losses.js"
-import { type MicroBatch, packSequences, type TrainingSequence } from "../train/microbatch.js"
+import { type MicroBatch, packSequences, type PackOptions, type TrainingSequence } from "../train/microbatch.js"
 import { AdamW } from "../train/optimizer.js"
 import { scoreSequences, trainStep } from "../train/step.js"
-
-/** Forward passes of `Score` stay within this many token slots (the wasm heap bound). */
-export const SCORE_MICRO_BATCH_TOKENS = 4096
 
 const invalid = (message: string) => new DeviceError({ message: `Train: ${message}` })
 
@@ -76,9 +73,9 @@ export const checkTrainRequest = (request: TrainRequest, config: ModelConfig): A
 export const withOldLogprobs = async (
   model: Transformer,
   steps: Array<Array<TrainingSequence>>,
-  settings: TrainSettings
+  packing: PackOptions
 ): Promise<Array<Array<TrainingSequence>>> => {
-  const old = await scoreSequences(model, steps.flat(), { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen })
+  const old = await scoreSequences(model, steps.flat(), packing)
   let i = 0
   return steps.map((step) => step.map((seq) => ({ ...seq, oldLogprobs: old[i++]! })))
 }
@@ -87,8 +84,8 @@ export const withOldLogprobs = async (
  * Each step's micro-batches. Packing lives here, beside the memory it must fit: the device knows
  * its backend and heap; the Trainer only says which samples make a step.
  */
-export const packSteps = (steps: Array<Array<TrainingSequence>>, settings: TrainSettings): Array<Array<MicroBatch>> =>
-  steps.map((step) => packSequences(step, { maxTokens: settings.microBatchTokens, maxSeqLen: settings.maxSeqLen }))
+export const packSteps = (steps: Array<Array<TrainingSequence>>, packing: PackOptions): Array<Array<MicroBatch>> =>
+  steps.map((step) => packSequences(step, packing))
 
 /**
  * The device's AdamW, kept across updates. The learning rate is read at every step (so each

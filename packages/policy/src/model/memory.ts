@@ -40,3 +40,56 @@ export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolea
     `Use the tensorflow backend (REINS_BACKEND=tensorflow with @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node installed), which is not bound by that heap${options.lora ? "" : ", or train LoRA adapters (trainer.lora)"}`
   )
 }
+
+/**
+ * Peak bytes one token of a training micro-batch adds (forward and backward, F32), for rows of
+ * `seqLen`: per layer about eight activations of the model's width and eight of its MLP's (saved
+ * inputs, SwiGLU's gate/up/product and their gradients), one layer's attention scores and their
+ * gradient (heads × seqLen each), and about six vocabulary-wide rows (the one-hot embedding
+ * input, logits, log-softmax, one-hot targets and the logits' gradient). Calibrated against
+ * `tf.profile`'s peak on the wasm backend: an upper bound by 1.2–2× over the shapes in
+ * test/policy/memory.test.ts, which checks it.
+ */
+export const trainingBytesPerToken = (config: ModelConfig, seqLen: number): number =>
+  4 * (config.nLayers * 8 * (config.dModel + config.dFf) + 2 * config.nHeads * seqLen + 6 * config.vocabSize + 8 * config.dModel)
+
+/** The largest tensor of a micro-batch, per token: the logits (or one layer's attention scores). */
+const largestTensorBytesPerToken = (config: ModelConfig, seqLen: number): number => 4 * Math.max(config.vocabSize, config.nHeads * seqLen)
+
+export interface MicroBatchFit {
+  /** Padded tokens (rows × row length) per micro-batch; at least one row of `seqLen`. */
+  readonly tokens: number
+  /** What bounds it: the memory left after the weights, one tensor's size limit, or the backend's speed. */
+  readonly boundBy: "memory" | "tensor size" | "speed"
+  /** Memory it left for activations (after the weights and, for full training, the optimizer). */
+  readonly activationBytes: number
+}
+
+/**
+ * How many tokens one training micro-batch may hold on a backend with `memoryBytes` (of which
+ * three quarters are planned for: the estimate is a bound, not a promise), where no tensor may
+ * exceed `maxTensorBytes` (WebGPU's storage-buffer binding limit) and more than `speedTokens` is
+ * no faster (wasm and CPUs: measured flat from 2k to 4k tokens, slower beyond). Never less than
+ * one row: a row that does not fit is still tried, and fails with the backend's own error.
+ */
+export const fitMicroBatchTokens = (
+  config: ModelConfig,
+  options: {
+    readonly memoryBytes: number
+    readonly seqLen: number
+    readonly lora: boolean
+    readonly maxTensorBytes?: number | undefined
+    readonly speedTokens?: number | undefined
+  }
+): MicroBatchFit => {
+  const need = memoryNeed(config)
+  const fixed = options.lora ? need.servingBytes : need.fullTrainingBytes
+  const activationBytes = Math.max(0, Math.floor(options.memoryBytes * 0.75) - fixed)
+  const candidates: Array<[number, MicroBatchFit["boundBy"]]> = [[Math.floor(activationBytes / trainingBytesPerToken(config, options.seqLen)), "memory"]]
+  if (options.maxTensorBytes !== undefined) {
+    candidates.push([Math.floor(options.maxTensorBytes / largestTensorBytesPerToken(config, options.seqLen)), "tensor size"])
+  }
+  if (options.speedTokens !== undefined) candidates.push([options.speedTokens, "speed"])
+  const [tokens, boundBy] = candidates.reduce((a, b) => (b[0] < a[0] ? b : a))
+  return { tokens: Math.max(options.seqLen, tokens), boundBy, activationBytes }
+}

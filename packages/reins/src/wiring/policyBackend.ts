@@ -34,7 +34,9 @@ export const policyBackend = (parsers: ParserSettings = {}): BackendLayer => Lay
       defaultMaxTokens: info.defaultMaxTokens,
       backend: info.backend
     })
-    yield* Effect.logInfo(`policy ${info.modelId} runs on the ${info.backend} backend`)
+    yield* Effect.logInfo(
+      `policy ${info.modelId} runs on the ${info.backend} backend (${(info.memoryBytes / 1024 ** 3).toFixed(1)} GiB; training micro-batches of up to ${info.microBatchTokens} tokens)`
+    )
     return Gateway.engineBackend({ tokenizer, template }).pipe(Layer.provide(Layer.succeed(Generator, generator)))
   })
 )

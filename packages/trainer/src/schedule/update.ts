@@ -36,7 +36,7 @@ export const trainSettings = (config: TrainerConfig, contextLength: number): Tra
     lr: config.lr,
     weightDecay: config.weight_decay,
     maxGradNorm: config.max_grad_norm,
-    microBatchTokens: config.micro_batch_tokens,
+    ...(config.micro_batch_tokens !== undefined ? { microBatchTokens: config.micro_batch_tokens } : {}),
     maxSeqLen: config.max_seq_len ?? contextLength
   })
 

@@ -65,9 +65,6 @@ export interface SftResult {
   readonly endLoss: number
 }
 
-/** Micro-batch budget: the wasm heap holds ≤ 16 × 256 tokens of activations. */
-const MICRO_BATCH_TOKENS = 16 * 256
-
 type Policy = typeof import("@reins/policy")
 const loadPolicy = Effect.promise(() => import("@reins/policy"))
 
@@ -144,7 +141,14 @@ const trainingData = (s: SftSettings, demoLines: ReadonlyArray<DemoLine>, start:
   })
 
 /** The optimizer loop; logs step, loss, learning rate and speed. */
-const trainLoop = (policy: Policy, model: Transformer, sequences: ReadonlyArray<SftSequence>, plan: ReadonlyArray<Int32Array>, lr: number) =>
+const trainLoop = (
+  policy: Policy,
+  model: Transformer,
+  sequences: ReadonlyArray<SftSequence>,
+  plan: ReadonlyArray<Int32Array>,
+  lr: number,
+  microBatchTokens: number
+) =>
   Effect.gen(function*() {
     const total = plan.length
     const warmupSteps = Math.min(50, Math.ceil(total / 10))
@@ -165,7 +169,7 @@ const trainLoop = (policy: Policy, model: Transformer, sequences: ReadonlyArray<
         yield* Effect.sleep(0)
         const step = tokenNormalized(sequences, plan[k]!)
         for (const s of step) tokens += s.tokens.length - 1
-        const batches = policy.packSequences(step, { maxTokens: MICRO_BATCH_TOKENS, maxSeqLen: model.config.contextLength })
+        const batches = policy.packSequences(step, { maxTokens: microBatchTokens, maxSeqLen: model.config.contextLength })
         const stats = yield* Effect.tryPromise({
           try: () => policy.trainStep(model, optimizer, batches, { kind: "sft" }),
           catch: (e) => new SftError({ message: `training step ${k + 1} failed: ${(e as Error).message}` })
@@ -229,13 +233,15 @@ export const trainSft = (s: SftSettings): Effect.Effect<SftResult, SftError | De
     const { built, plan } = yield* trainingData(s, parsed.demos, start)
 
     const backend = yield* Effect.tryPromise({ try: () => policy.initBackend(), catch: (e) => new SftError({ message: (e as Error).message }) })
+    const memory = yield* Effect.try({ try: () => policy.backendMemory(backend), catch: (e) => new SftError({ message: (e as Error).message }) })
     const model = policy.Transformer.fromWeights(start.config, start.weights)
     const { dModel, nLayers, nHeads, contextLength } = start.config
     const params = policy.parameterCount(start.config)
+    const fit = policy.microBatchFit(start.config, memory, { seqLen: contextLength, lora: false })
     yield* Console.error(
-      `model: ${params} parameters (d ${dModel}, ${nLayers} layer${nLayers === 1 ? "" : "s"}, ${nHeads} heads, context ${contextLength}), ${start.fresh ? `initialised from seed ${s.seed}` : `from ${s.init}`}, backend ${backend}`
+      `model: ${params} parameters (d ${dModel}, ${nLayers} layer${nLayers === 1 ? "" : "s"}, ${nHeads} heads, context ${contextLength}), ${start.fresh ? `initialised from seed ${s.seed}` : `from ${s.init}`}, backend ${backend}, micro-batches of ≤ ${fit.tokens} tokens`
     )
-    const result = yield* trainLoop(policy, model, built.sequences, plan, s.lr).pipe(Effect.onError(() => Effect.sync(() => model.dispose())))
+    const result = yield* trainLoop(policy, model, built.sequences, plan, s.lr, fit.tokens).pipe(Effect.onError(() => Effect.sync(() => model.dispose())))
     const weights = model.readWeights()
     model.dispose()
     const record = {
