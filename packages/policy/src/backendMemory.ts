@@ -27,7 +27,7 @@ const MIB = 1024 * 1024
 /** What a GPU is assumed to hold when nothing says (the log names `REINS_DEVICE_MEMORY_MB`). */
 export const ASSUMED_GPU_BYTES = 8 * 1024 * MIB
 
-/** Micro-batch tokens past which CPU backends train no faster (measured on wasm: flat 2k–4k, slower beyond). */
+/** Micro-batch tokens past which CPU backends train no faster (on wasm: within 5% from 1k to 4k, slower beyond; `npm run bench -- micro-batch`). */
 export const CPU_SPEED_TOKENS = 4096
 
 export interface BackendMemory {

@@ -48,7 +48,7 @@ export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolea
  * gradient (heads × seqLen each), and about six vocabulary-wide rows (the one-hot embedding
  * input, logits, log-softmax, one-hot targets and the logits' gradient). Calibrated against
  * `tf.profile`'s peak on the wasm backend: an upper bound by 1.2–2× over the shapes in
- * test/policy/memory.test.ts, which checks it.
+ * test/policy/backend-memory.test.ts, which checks it.
  */
 export const trainingBytesPerToken = (config: ModelConfig, seqLen: number): number =>
   4 * (config.nLayers * 8 * (config.dModel + config.dFf) + 2 * config.nHeads * seqLen + 6 * config.vocabSize + 8 * config.dModel)
@@ -69,7 +69,7 @@ export interface MicroBatchFit {
  * How many tokens one training micro-batch may hold on a backend with `memoryBytes` (of which
  * three quarters are planned for: the estimate is a bound, not a promise), where no tensor may
  * exceed `maxTensorBytes` (WebGPU's storage-buffer binding limit) and more than `speedTokens` is
- * no faster (wasm and CPUs: measured flat from 2k to 4k tokens, slower beyond). Never less than
+ * no faster (wasm and CPUs: within 5% from 1k to 4k tokens, slower beyond; `npm run bench -- micro-batch`). Never less than
  * one row: a row that does not fit is still tried, and fails with the backend's own error.
  */
 export const fitMicroBatchTokens = (
