@@ -31,7 +31,7 @@ const harness = (env: Record<string, string>, slotsDir: string) => new HarnessSp
   timeout_s: 60,
   grace_s: 1,
   nice: 0,
-  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], env: { VERIFIER_SLOTS_DIR: slotsDir }, timeout_s: 20, nice: 0 })
+  verifier: new VerifierSpec({ command: [process.execPath, fixture("verifier.mjs")], env: { ...env, VERIFIER_SLOTS_DIR: slotsDir }, timeout_s: 20, nice: 0 })
 })
 
 /** A source of `n` distinct tasks. */
@@ -185,6 +185,32 @@ describe("training schedules with real processes", () => {
           yield* checkInvariants(run, 0)
           for (const m of run.metrics) expect(m.staleness.histogram.slice(1).every((n) => n === 0)).toBe(true)
         })
+    ), 120_000)
+
+  it.scopedLive("dynamic sampling: groups whose rollouts all got one reward are replaced, so every update trains batch_groups groups with a signal", () =>
+    withRun(
+      trainerConfig({ schedule: "sync", batch_groups: 2, group_size: 3, max_versions: 3, checkpoint_every: 0, lr: 1e-3, dynamic_sampling: true }),
+      (run) =>
+        Effect.gen(function*() {
+          expect(run.summary.versions).toBe(3)
+          yield* checkInvariants(run, 0)
+          const rollouts = (yield* run.stack.store.rollouts({ limit: 1000 })).rollouts
+          const trained = new Set(trainedRollouts(run.events))
+          const groups = new Map<string, Array<number | null>>()
+          for (const r of rollouts) if (trained.has(r.id)) groups.set(r.group!, [...(groups.get(r.group!) ?? []), r.reward])
+          // every update trained two groups, each with rewards that differ; none of the constant tasks
+          expect(run.metrics.map((m) => m.used.groups)).toEqual([2, 2, 2])
+          expect(groups.size).toBe(6)
+          for (const [group, rewards] of groups) {
+            expect(new Set(rewards).size, group).toBeGreaterThan(1)
+            expect(group).not.toMatch(/\.t[124]$/)
+          }
+          // the dropped groups are counted: at least the three constant tasks (parity rewards can be equal too)
+          const dropped = run.metrics.reduce((n, m) => n + m.drops["group-zero-variance"].count, 0)
+          expect(dropped).toBeGreaterThanOrEqual(3)
+          expect(run.summary.consumedGroups).toBe(6 + dropped)
+        }),
+      { VERIFIER_CONSTANT_TASKS: "t1,t2,t4" }
     ), 120_000)
 
   it.scopedLive("a device worker that dies between updates stops the run with a clear error instead of training on from the base", () =>

@@ -105,6 +105,11 @@ export class TrainerConfig extends Schema.Class<TrainerConfig>("TrainerConfig")(
       "padded tokens (rows × longest row) per micro-batch; default: what the device's backend memory holds (wasm: at most 4096)"
     ),
     optimizer_steps: withDefault(PositiveInt, 1, "optimizer steps per batch (the batch is split by whole groups)"),
+    dynamic_sampling: withDefault(
+      Schema.Boolean,
+      false,
+      "drop a group whose rollouts all got the same reward as soon as it finishes and run another, so each update trains batch_groups groups with a signal (DAPO)"
+    ),
     checkpoint_every: withDefault(NonNegativeInt, 10, "save a checkpoint every K versions (0: never)"),
     max_versions: optional(PositiveInt, "stop after this many updates; default: when the tasks run out"),
     max_infra_failures: withDefault(

@@ -21,6 +21,7 @@ import { randomBytes } from "node:crypto"
 import path from "node:path"
 import { openJsonl } from "../jsonl.js"
 import { checkpointDir, Cursor, writeCursor } from "./checkpoints.js"
+import { GroupFilter } from "./dynamicSampling.js"
 import { type FailureSummary, InfraStreak, summarizeFailures } from "./failures.js"
 import { type DeviceClockReading, type RolloutEnded, type TaskItem, TrainerError, trainerError, type TrainerPorts } from "./ports.js"
 import { type GroupState, StalenessGate } from "./StalenessGate.js"
@@ -105,6 +106,9 @@ class RunState {
   }
 }
 
+/** Dynamic sampling gives up after this many batches' worth of groups in a row without a signal. */
+const DYNAMIC_SAMPLING_LIMIT = 20
+
 const scheduleShape = (config: TrainerConfig) =>
   config.schedule === "sync"
     ? { asyncGroups: config.batch_groups, maxStaleness: 0 }
@@ -161,6 +165,8 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
     })
 
     const reachedEnd = () => config.max_versions !== undefined && state.versions >= config.max_versions
+    /** Dynamic sampling: drops finished groups without a signal (null when off). */
+    const filter = config.dynamic_sampling ? new GroupFilter(DYNAMIC_SAMPLING_LIMIT * config.batch_groups) : null
 
     let clock = yield* readClocks(ports)
     let lastAt = performance.now()
@@ -190,6 +196,7 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
         const busy = deviceBusy(wall, { from: clock.generation, to: nextClock.generation }, clock.training === null ? null : { from: clock.training, to: nextClock.training! })
         clock = nextClock
         lastAt = now
+        if (filter !== null) result.batch.drops.merge(filter.take())
         const line = updateMetrics({ ...result, outcome: result.outcome }, Date.now(), wall, busy)
         yield* metrics.append(line).pipe(Effect.mapError(trainerError("write metrics")))
         yield* publish(options, { _tag: "Version", metrics: line, rolloutIds, failures })
@@ -237,6 +244,11 @@ export const runTraining = (options: RunOptions): Effect.Effect<RunSummary, Trai
       infra.add(done.ended)
       if (infra.count >= config.max_infra_failures) {
         return yield* new TrainerError({ operation: "rollouts", message: infra.message(config.max_infra_failures) })
+      }
+      if (entry !== undefined && filter !== null && (yield* filter.drop(done.ended))) {
+        state.gate.consume([done.groupId])
+        state.groups.delete(done.groupId)
+        yield* ports.controller.reconsider
       }
       yield* fill
     }
