@@ -89,6 +89,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const contextLength = policy.config.contextLength
     /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
     const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined }).tokens
+    /** At the full context: what Info reports and Score packs by (fixed for the device's life). */
+    const contextMicroBatchTokens = microBatchTokens(contextLength)
     if (engine.maxSequenceTokens === 0) {
       return yield* new DeviceError({ message: `the KV memory (${kvBytes} bytes, REINS_KV_CACHE_MB) cannot hold one 64-token block of this model's cache: give it more` })
     }
@@ -162,7 +164,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
             version,
             backend,
             memoryBytes: memory.bytes,
-            microBatchTokens: microBatchTokens(contextLength),
+            microBatchTokens: contextMicroBatchTokens,
             ...clock.read(),
             engine: new EngineLoad({ running, waiting, held, steps, generatedTokens, parked })
           })
@@ -195,7 +197,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
               }
             })
             const scored = await scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
-              maxTokens: microBatchTokens(contextLength),
+              maxTokens: contextMicroBatchTokens,
               maxSeqLen: contextLength
             })
             for (const lp of scored) if (lp.length > 0) lp[0] = 0
