@@ -183,23 +183,29 @@ describe("pages", () => {
     // Filter with the form: the failed rollouts.
     await page.selectOption("select[name=state]", "failed")
     await page.click(".filters button[type=submit]")
-    await page.waitForSelector('table.rollouts[data-rows="1"]', WAIT)
+    await page.waitForSelector('table.rollouts[data-query*="state=failed"][data-rows="1"]', WAIT)
     expect(page.url()).toContain("state=failed")
 
-    // Pages of 4: every row once, in order, by the Next button.
+    // Pages of 4: every row once, in order, by the Next button. Each page is read only once the
+    // table says it answers the URL's current query (not the previous page's rows).
+    const shown = (previous: string | null) =>
+      page.waitForFunction((prev) => {
+        const { document, location } = globalThis as any
+        const key = new URLSearchParams(location.hash.split("?")[1] ?? "").toString()
+        const table = document.querySelector(`table.rollouts[data-query="${key}"]`)
+        return key !== prev && table !== null ? key : false
+      }, previous, WAIT).then((h) => h.jsonValue() as Promise<string>)
     await page.goto(`${gw.url}/ui#/rollouts?limit=4`)
     const seen: Array<string> = []
+    let key = await shown(null)
+    expect(key).toBe("limit=4")
     for (let n = 0; n < 5; n++) {
-      await page.waitForSelector("table.rollouts tbody tr", WAIT)
       const ids = await page.locator("table.rollouts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-id")!))
       seen.push(...ids)
       if ((await page.locator("#next-page").count()) === 0) break
-      const last = ids[ids.length - 1]!
       await page.click("#next-page")
-      await page.waitForFunction((id) => {
-        const { document } = globalThis as any
-        return !document.querySelector(`tr[data-id="${id}"]`) && document.querySelector("table.rollouts tbody tr") !== null
-      }, last, WAIT)
+      key = await shown(key)
+      expect(key).toContain("cursor=")
     }
     expect(seen).toEqual(all.map((r: any) => r.id))
     await page.context().close()

@@ -1,5 +1,6 @@
 // The parts every page uses: htm bound to Preact, the admin API client, small formatters.
 import { h } from "preact"
+import { useEffect, useState } from "preact/hooks"
 import htm from "htm"
 
 export const html = htm.bind(h)
@@ -35,6 +36,22 @@ export const api = async (path, init = {}) => {
   }
   if (!res.ok) throw new ApiError(res.status, body?.error?.message ?? `HTTP ${res.status}`, body?.error?.code, body?.error?.param)
   return body
+}
+
+// What `load()` resolved to for `key`: { loading: true } until it answers for this very key, then
+// { value } or { error }. Remembering the key keeps a page from showing the previous key's data
+// (e.g. the last rollout's, or the last page's rows) between a hash change and the new answer.
+export const useFetched = (key, load) => {
+  const [fetched, setFetched] = useState({ key: null })
+  useEffect(() => {
+    let live = true
+    load().then(
+      (value) => live && setFetched({ key, value }),
+      (error) => live && setFetched({ key, error })
+    )
+    return () => (live = false)
+  }, [key])
+  return fetched.key === key ? fetched : { loading: true }
 }
 
 export const fmtReward = (r) => (r === null || r === undefined ? "–" : String(Math.round(r * 1000) / 1000))

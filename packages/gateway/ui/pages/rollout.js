@@ -2,7 +2,7 @@
 // as the harness saw it (any protocol), and its token view.
 import { useEffect, useState } from "preact/hooks"
 import { conversationOf } from "../conversation.js"
-import { api, ErrorBox, fmtDuration, fmtReward, fmtTime, html } from "../lib.js"
+import { api, ErrorBox, fmtDuration, fmtReward, fmtTime, html, useFetched } from "../lib.js"
 import { TokenView } from "./tokens.js"
 
 const Turn = ({ t }) => html`<div class=${`turn ${t.role}`}>
@@ -61,20 +61,13 @@ const Calls = ({ calls }) => html`<table class="calls">
 </table>`
 
 export const RolloutPage = ({ id }) => {
-  const [state, setState] = useState({ loading: true })
-  useEffect(() => {
-    let live = true
-    setState({ loading: true })
+  const state = useFetched(id, () => {
     const path = `/api/rollouts/${encodeURIComponent(id)}`
-    Promise.all([api(path), api(`${path}/tokens`)]).then(
-      ([detail, tokens]) => live && setState({ detail, tokens }),
-      (error) => live && setState({ error })
-    )
-    return () => (live = false)
-  }, [id])
+    return Promise.all([api(path), api(`${path}/tokens`)])
+  })
   if (state.error) return html`<h1>Rollout <span class="mono">${id}</span></h1><${ErrorBox} error=${state.error} title=${state.error.status === 404 ? "No such rollout" : "The rollout could not be loaded"} /><p><a href="#/rollouts">All rollouts</a></p>`
   if (state.loading) return html`<p class="loading">Loading…</p>`
-  const d = state.detail
+  const [d, tokens] = state.value
   return html`<h1>Rollout <span class="mono">${d.id}</span></h1>
     <dl class="facts">
       <dt>State</dt><dd><span class=${`state ${d.state}`}>${d.state}</span></dd>
@@ -86,5 +79,5 @@ export const RolloutPage = ({ id }) => {
     <h2>Attempts</h2><${Attempts} attempts=${d.attempts} />
     <h2>Conversation</h2><${Conversation} calls=${d.calls} />
     <h2>Calls</h2><${Calls} calls=${d.calls} />
-    <h2>Tokens</h2><${TokenView} view=${state.tokens} />`
+    <h2>Tokens</h2><${TokenView} view=${tokens} />`
 }

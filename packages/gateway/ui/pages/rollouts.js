@@ -1,7 +1,6 @@
 // Rollouts: a table of rollouts, newest first, filtered and paged by the server (cursor pages of
 // `limit` rows; the filters and cursor live in the URL's hash, so a view can be linked).
-import { useEffect, useState } from "preact/hooks"
-import { api, ErrorBox, fmtDuration, fmtReward, fmtTask, fmtVersions, html } from "../lib.js"
+import { api, ErrorBox, fmtDuration, fmtReward, fmtTask, fmtVersions, html, useFetched } from "../lib.js"
 
 const FILTERS = ["state", "group", "version", "min_reward", "max_reward", "limit"]
 const STATES = ["", "queued", "running", "succeeded", "failed", "cancelled"]
@@ -43,31 +42,22 @@ const Row = ({ r }) => html`<tr data-id=${r.id}>
 </tr>`
 
 export const RolloutsPage = ({ query }) => {
-  const [state, setState] = useState({ loading: true })
   const key = query.toString()
-  useEffect(() => {
-    let live = true
-    setState({ loading: true })
-    api(`/api/rollouts${key ? `?${key}` : ""}`).then(
-      (page) => live && setState({ page }),
-      (error) => live && setState({ error })
-    )
-    return () => (live = false)
-  }, [key])
+  const state = useFetched(key, () => api(`/api/rollouts${key ? `?${key}` : ""}`))
   const params = Object.fromEntries(query.entries())
   return html`<h1>Rollouts</h1>
     <${Filters} query=${query} />
     ${state.error ? html`<${ErrorBox} error=${state.error} title="The rollouts could not be listed" />` : null}
     ${state.loading ? html`<p class="loading">Loading…</p>` : null}
-    ${state.page
-      ? html`<table class="rollouts" data-rows=${state.page.data.length}>
+    ${state.value
+      ? html`<table class="rollouts" data-query=${key} data-rows=${state.value.data.length}>
             <thead><tr><th>Rollout</th><th>State</th><th>Task</th><th>Group</th><th>Reward</th><th>Attempts</th><th>Calls</th><th>Tokens</th><th>Duration</th><th>Versions</th></tr></thead>
-            <tbody>${state.page.data.map((r) => html`<${Row} r=${r} key=${r.id} />`)}</tbody>
+            <tbody>${state.value.data.map((r) => html`<${Row} r=${r} key=${r.id} />`)}</tbody>
           </table>
-          ${state.page.data.length === 0 ? html`<p class="empty">No rollouts match.</p>` : null}
+          ${state.value.data.length === 0 ? html`<p class="empty">No rollouts match.</p>` : null}
           <div class="pager">
             ${params.cursor ? html`<button type="button" id="first-page" onClick=${() => go({ ...params, cursor: undefined })}>← First page</button>` : null}
-            ${state.page.next_cursor ? html`<button type="button" id="next-page" onClick=${() => go({ ...params, cursor: state.page.next_cursor })}>Next page →</button>` : null}
+            ${state.value.next_cursor ? html`<button type="button" id="next-page" onClick=${() => go({ ...params, cursor: state.value.next_cursor })}>Next page →</button>` : null}
           </div>`
       : null}`
 }
