@@ -13,11 +13,12 @@
  *   gateway: provider `openai` with `x-portkey-custom-host` for chat and Responses, provider
  *   `anthropic` with the same custom host for Messages.
  * Latency at 1 client (p50/p99, sequential requests), added latency = target − direct on the same
- * route, and requests/s at 1 and 64 concurrent clients. Every process is a child on 127.0.0.1.
+ * route, and requests/s at 1 and 64 concurrent clients; and each gateway's V8 collections over the
+ * run (bench/gcTrace.ts), where the tails come from. Every process is a child on 127.0.0.1.
  * `--requests` (sequential requests per route and target, default 2000) and `--seconds` (the
  * 64-client phase per route and target, default 5) shorten a smoke run. `--young-mb N` starts both
  * gateways (not the upstream or the client) with V8's young generation raised to N MB per
- * semi-space (`--max-semi-space-size`, the setting the README suggests for `reins serve`) and
+ * semi-space (`--max-semi-space-size`; packages/gateway/README.md, Tail latency, says what it does) and
  * writes `gateway-young<N>` instead of `gateway`.
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
@@ -29,6 +30,7 @@ import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Pool } from "undici"
+import { GC_TRACE_FLAG, summarizeGcTrace } from "./gcTrace.js"
 import { percentile, writeReport } from "./report.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
@@ -132,17 +134,19 @@ const freePort = () =>
 
 /** Spawns a child and resolves once its output matches `ready`. */
 const start = (name: string, args: ReadonlyArray<string>, ready: RegExp, env: Record<string, string> = {}) =>
-  new Promise<{ proc: ChildProcess; match: RegExpExecArray }>((resolve, reject) => {
+  new Promise<{ proc: ChildProcess; match: RegExpExecArray; output: () => string }>((resolve, reject) => {
     const proc = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] })
     children.push(proc)
     let out = ""
+    let started = false
     const timer = setTimeout(() => reject(new Error(`${name} did not start in 60 s:\n${out}`)), 60_000)
     const onData = (b: Buffer) => {
       out += b.toString()
-      const m = ready.exec(out)
+      const m = started ? null : ready.exec(out)
       if (m) {
+        started = true
         clearTimeout(timer)
-        resolve({ proc, match: m })
+        resolve({ proc, match: m, output: () => out })
       }
     }
     proc.stdout!.on("data", onData)
@@ -267,8 +271,10 @@ export default async (args: ReadonlyArray<string>) => {
   const seconds = flag(args, "seconds", 5)
   const requests = flag(args, "requests", 2000)
   const youngMb = args.includes("--young-mb") ? flag(args, "young-mb", 16) : null
-  // The same V8 flags for both gateways, so the comparison stays like for like.
-  const gatewayFlags = youngMb === null ? [] : [`--max-semi-space-size=${youngMb}`]
+  // The same V8 flags for both gateways, so the comparison stays like for like; tracing the
+  // collections changes none of them.
+  const gatewayFlags = [GC_TRACE_FLAG, ...(youngMb === null ? [] : [`--max-semi-space-size=${youngMb}`])]
+  const tuning = gatewayFlags.filter((f) => f !== GC_TRACE_FLAG)
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "reins-bench-gateway-"))
   try {
     const upstreamPort = await freePort()
@@ -283,7 +289,7 @@ export default async (args: ReadonlyArray<string>) => {
     const { attempt_key: key } = (await created.json()) as { attempt_key: string }
 
     const portkeyPort = await freePort()
-    await start("portkey", [...gatewayFlags, "node_modules/@portkey-ai/gateway/build/start-server.js", `--port=${portkeyPort}`, "--headless"], /Ready for connections/, { NODE_ENV: "production" })
+    const portkey = await start("portkey", [...gatewayFlags, "node_modules/@portkey-ai/gateway/build/start-server.js", `--port=${portkeyPort}`, "--headless"], /Ready for connections/, { NODE_ENV: "production" })
 
     // How each target is called on each route: OpenAI's bearer key, or Anthropic's x-api-key and
     // version; Portkey is told the provider and the upstream as its custom host.
@@ -358,9 +364,10 @@ export default async (args: ReadonlyArray<string>) => {
         reins_below_portkey: theirs === null ? null : { p50: ours.added_p50_ms < theirs.added_p50_ms, p99: ours.added_p99_ms < theirs.added_p99_ms }
       }
     }
-    const json = Object.fromEntries(ROUTES.map((r) => [r.name, routeJson(r)]))
+    const gc = { reins: summarizeGcTrace(reins.output()), portkey: summarizeGcTrace(portkey.output()) }
+    const json = { ...Object.fromEntries(ROUTES.map((r) => [r.name, routeJson(r)])), gc }
     const verdict = ROUTES.map((r) => {
-      const v = json[r.name]!.reins_below_portkey
+      const v = routeJson(r).reins_below_portkey
       return v === null ? `${r.name}: Portkey does not serve it` : `${r.name}: p50 ${v.p50 ? "yes" : "NO"}, p99 ${v.p99 ? "yes" : "NO"}`
     })
     writeReport({
@@ -393,8 +400,9 @@ export default async (args: ReadonlyArray<string>) => {
         `reins recorded every one of its answered calls in SQLite (WAL, synchronous=NORMAL) before responding (${ROUTES.map((r) => `${r.name} ${recorded[r.endpoint] ?? 0}`).join(", ")}; counted per endpoint after shutdown). Chat goes through reins's chat proxy; Responses and Messages are relayed as received (recorded as not trainable: such an upstream returns no token ids).`,
         "Portkey: @portkey-ai/gateway 1.15.2 (node build, headless, NODE_ENV=production); chat and Responses with provider openai and x-portkey-custom-host, Messages with provider anthropic and the same custom host.",
         youngMb === null
-          ? "Both gateways run with node's default V8 settings."
-          : `Both gateways run with ${gatewayFlags.join(" ")} (V8's young generation at ${youngMb} MB per semi-space instead of 16); the upstream and the client with node's defaults.`,
+          ? "Both gateways run with node's default V8 settings (reins's command line turns off V8's allocation-site pretenuring itself, as it does wherever it runs: packages/reins/bin/reins.js says why)."
+          : `Both gateways run with ${tuning.join(" ")} (V8's young generation at ${youngMb} MB per semi-space instead of 16); the upstream and the client with node's defaults.`,
+        `V8 collections over the whole run (${GC_TRACE_FLAG}): ${(["reins", "portkey"] as const).map((n) => `${n} ${gc[n].scavenges} scavenges, pause mean ${gc[n].scavenge_pause_mean_ms.toFixed(2)} ms (max ${gc[n].scavenge_pause_max_ms.toFixed(1)}), ${Math.round(gc[n].promoted_kb_per_scavenge)} KB promoted per scavenge, ${gc[n].mark_compacts} mark-compacts (max ${gc[n].mark_compact_pause_max_ms.toFixed(1)} ms)`).join("; ")}.`,
         ...Object.entries(unavailable).map(([route, evidence]) => `Portkey does not serve ${route}, so it is not measured there; it answered ${evidence}`),
         `reins adds less latency than Portkey: ${verdict.join("; ")}.`,
         "All processes share the machine's cores with the load generator; compare targets within one run."
