@@ -10,6 +10,8 @@ import { ASSET, packageDirs } from "./workspace.mjs"
 // The repository root; a test passes another one.
 const root = process.argv[2] ?? fileURLToPath(new URL("..", import.meta.url))
 const packages = packageDirs(root)
+/** Folders of dist/ that a later build step writes whole (bundle-cli.mjs), not tsc: left alone. */
+const BUILT_AFTER = new Set(["cli-bundle"])
 /** tsc's outputs of one `X.ts`: the module, its declarations and their maps. */
 const COMPILED = /\.(js|js\.map|d\.ts|d\.ts\.map)$/
 
@@ -29,6 +31,7 @@ for (const pkg of packages) {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const file = join(dir, entry.name)
       if (entry.isDirectory()) {
+        if (dir === dist && BUILT_AFTER.has(entry.name)) continue
         walk(file)
         if (readdirSync(file).length === 0) rmdirSync(file)
       } else if (!hasSource(file)) {

@@ -68,14 +68,14 @@ const mapLimit = async <A, B>(items: ReadonlyArray<A>, limit: number, f: (a: A) 
 const applyEdit = (files: Record<string, string>, edit: Edit) => ({ ...files, [edit.path]: files[edit.path]!.replace(edit.old, edit.new) })
 
 /** The verifier's reward for a harness stdout of `RESULT: {"files": files}`. */
-const verify = async (task: TaskLine, stdout: string) => {
+const verify = async (task: TaskLine, stdout: string, args: ReadonlyArray<string> = []) => {
   const dir = tempDir()
   writeFileSync(join(dir, "stdout.log"), stdout)
-  const out = await runNode([join(DIR, "verify.mjs")], { REINS_TASK: JSON.stringify(task), REINS_STDOUT_FILE: join(dir, "stdout.log") })
+  const out = await runNode([join(DIR, "verify.mjs"), ...args], { REINS_TASK: JSON.stringify(task), REINS_STDOUT_FILE: join(dir, "stdout.log") })
   expect(out.code, out.stderr).toBe(0)
   return out.stdout.trim().split("\n").at(-1)
 }
-const resultLine = (files: Record<string, string>) => `some log line\n${RESULT_PREFIX} ${JSON.stringify({ files, turns: 3, finish: "answer" })}\n`
+const resultLine = (files: Record<string, string>, finish = "answer") => `some log line\n${RESULT_PREFIX} ${JSON.stringify({ files, turns: 3, finish })}\n`
 
 const train = readJsonl<TaskLine>(join(DIR, "tasks/train.jsonl"))
 const test = readJsonl<TaskLine>(join(DIR, "tasks/test.jsonl"))
@@ -195,6 +195,28 @@ describe("mini-swe bugs and verifier", () => {
     const out = await runNode([join(DIR, "verify.mjs")], { REINS_TASK: JSON.stringify(noHidden), REINS_STDOUT_FILE: join(dir, "stdout.log") })
     expect(out.code).toBe(2)
     expect(out.stderr).toContain("has no hidden_tests")
+  })
+
+  it("--wander-penalty scores a failure that did not end with an answer below one that did, and a fix 1", SLOW, async () => {
+    const task = train[0]!
+    const fixed = { [task.fix.path]: applyEdit(task.input.files, task.fix)[task.fix.path]! }
+    const penalty = ["--wander-penalty", "0.25"]
+    const rewards = await mapLimit([
+      [resultLine({}, "max_turns"), penalty],
+      [resultLine({}, "context_full"), penalty],
+      ["crashed before the end\n", penalty],
+      [resultLine({}, "answer"), penalty],
+      [resultLine(fixed, "max_turns"), penalty],
+      [resultLine({}, "max_turns"), []]
+    ] as const, 3, ([stdout, args]) => verify(task, stdout, args))
+    expect(rewards).toEqual(["-0.25", "-0.25", "-0.25", "0", "1", "0"])
+    const dir = tempDir()
+    writeFileSync(join(dir, "stdout.log"), resultLine({}))
+    for (const bad of ["-1", "2", "lots"]) {
+      const out = await runNode([join(DIR, "verify.mjs"), "--wander-penalty", bad], { REINS_TASK: JSON.stringify(task), REINS_STDOUT_FILE: join(dir, "stdout.log") })
+      expect(out.code).toBe(2)
+      expect(out.stderr).toContain(`--wander-penalty (MINISWE_WANDER_PENALTY) must be a number from 0 to 1, got "${bad}"`)
+    }
   })
 })
 

@@ -21,7 +21,7 @@ const touch = (...parts: Array<string>) => {
 }
 
 describe("prune-dist", () => {
-  it("deletes the outputs of removed sources and empty folders, keeps the rest", () => {
+  it("deletes the outputs of removed sources and empty folders, keeps the rest and the CLI bundle", () => {
     touch("runtime", "src", "Kernel.ts")
     touch("packages", "policy", "src", "tokenizer", "Tokenizer.ts")
     touch("packages", "policy", "src", "device", "worker-bootstrap.mjs")
@@ -33,7 +33,9 @@ describe("prune-dist", () => {
       ["packages", "policy", "dist", "tokenizer", "Tokenizer.js"],
       ["packages", "policy", "dist", "tokenizer", "Tokenizer.d.ts"],
       ["packages", "policy", "dist", "device", "worker-bootstrap.mjs"],
-      ["packages", "policy", "dist", "chat", "chat_template.jinja"]
+      ["packages", "policy", "dist", "chat", "chat_template.jinja"],
+      // bundle-cli.mjs's output, rebuilt whole after the prune
+      ["packages", "reins", "dist", "cli-bundle", "chunk-ABC123.mjs"]
     ]
     const stale = [
       ["runtime", "dist", "Old.js"],

@@ -18,16 +18,29 @@ interface Series {
   readonly dots?: boolean
 }
 
-/** A small line chart: x = wall seconds, y = 0..1. */
+/**
+ * A small line chart: x = wall seconds, y = 0..1, widened to any value outside it (a verifier may
+ * give negative rewards, or more than 1): a value is never drawn clipped.
+ */
 export const lineChartSvg = (title: string, series: ReadonlyArray<Series>): string => {
   const w = 640
   const h = 320
   const m = { l: 48, r: 150, t: 32, b: 40 }
+  const ys = series.flatMap((s) => s.points.map((p) => p[1])).filter(Number.isFinite)
+  const lo = Math.min(0, ...ys)
+  const hi = Math.max(1, ...ys)
+  // About five grid lines whatever the range, on multiples of the step (so 0 is always one).
+  const step = Math.ceil((hi - lo) / 1.25) / 4
+  const yLo = Math.floor(lo / step) * step
+  const yHi = Math.ceil(hi / step) * step
   const xMax = Math.max(1, ...series.flatMap((s) => s.points.map((p) => p[0])))
   const x = (v: number) => m.l + (v / xMax) * (w - m.l - m.r)
-  const y = (v: number) => h - m.b - Math.max(0, Math.min(1, v)) * (h - m.t - m.b)
-  const grid = [0, 0.25, 0.5, 0.75, 1]
-    .map((g) => `<line x1="${m.l}" x2="${w - m.r}" y1="${y(g)}" y2="${y(g)}" stroke="#ddd"/><text x="${m.l - 6}" y="${y(g) + 4}" text-anchor="end" font-size="11">${g * 100}%</text>`)
+  const y = (v: number) => h - m.b - ((v - yLo) / (yHi - yLo)) * (h - m.t - m.b)
+  const grid = Array.from({ length: Math.round((yHi - yLo) / step) + 1 }, (_, i) => yLo + i * step)
+    .map((g) => {
+      const gy = y(g).toFixed(1)
+      return `<line x1="${m.l}" x2="${w - m.r}" y1="${gy}" y2="${gy}" stroke="#ddd"/><text x="${m.l - 6}" y="${(y(g) + 4).toFixed(1)}" text-anchor="end" font-size="11">${Math.round(g * 100)}%</text>`
+    })
     .join("")
   const lines = series
     .map((s, i) => {
