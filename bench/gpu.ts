@@ -1,6 +1,7 @@
 /**
  * `npm run bench -- gpu [--backend webgpu|tensorflow|wasm|cpu] [--reference wasm] [--arch qwen3-0.6b|smollm2-135m|tiny]
- *   [--quick] [--out DIR] [--micro-batch-tokens N]`: the check a GPU machine runs (bench/gpu/README.md).
+ *   [--quick] [--out DIR] [--micro-batch-tokens N] [--submit-batch N]`: the check a GPU machine runs
+ *   (bench/gpu/README.md).
  *
  * 1. Correctness (bench/gpu/correctness.ts): a tiny Qwen3 checkpoint gives the same log-probabilities
  *    on the backend under test as on the reference backend (within 1e-3), and one training step the
@@ -19,8 +20,8 @@ import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
-import { type BandwidthBound, bandwidthBound, type MatmulBound, matmulBound } from "./gpu/bounds.js"
-import { type Comparison, compare, compute, referenceInChild, REFERENCE_ENV, runReference, TOLERANCE, writeTinyCheckpoint } from "./gpu/correctness.js"
+import { type BandwidthBound, bandwidthBound, type DispatchCost, dispatchCost, type MatmulBound, matmulBound, warmUp } from "./gpu/bounds.js"
+import { checkDecoder, type Comparison, compare, compute, referenceInChild, REFERENCE_ENV, runReference, TOLERANCE, writeTinyCheckpoint } from "./gpu/correctness.js"
 import { GOAL, measureSpeed, SETTINGS, speedConfig, type SpeedRow } from "./gpu/speed.js"
 import { resultsDir, writeReport } from "./report.js"
 
@@ -81,6 +82,12 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const arch = flag(args, "arch") ?? "qwen3-0.6b"
   const out = flag(args, "out") ?? resultsDir
   const backend = await initBackend(backendFlag(args, "backend"))
+  // tfjs's WebGPU backend submits its queued work every this many ops (its default: 15)
+  const submitBatch = flag(args, "submit-batch")
+  if (submitBatch !== undefined) {
+    if (!(Number(submitBatch) >= 1) || backend !== "webgpu") throw new Error(`--submit-batch ${submitBatch}: a number of ops ≥ 1, on the webgpu backend`)
+    tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", Number(submitBatch))
+  }
   const gpu = backend === "webgpu" || backend === "tensorflow"
   const { title, config } = speedConfig(arch, s)
   // as the device sizes them: from the backend's memory, for full training (LoRA needs less)
@@ -90,20 +97,23 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const correctness = await checkCorrectness(backend, reference)
   console.log("correctness", correctness)
   const reps = quick ? 1 : 3
-  const matmul = await orError(() => matmulBound({ gpu, reps }))
+  if (gpu && !quick) await warmUp(5)
+  const matmul = await orError(() => matmulBound({ gpu, reps: gpu ? 5 : reps }))
   const bandwidth = await orError(() => bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps }))
-  console.log("bounds", { matmul, bandwidth })
+  const dispatch = await orError(() => dispatchCost({ reps }))
+  console.log("bounds", { matmul, bandwidth, dispatch })
   const noSpeed = (error: string) => ({ misfit: null, rows: [] as ReadonlyArray<SpeedRow>, error })
   const speed = "error" in matmul || "error" in bandwidth
     ? noSpeed(`no bound: ${"error" in matmul ? matmul.error : "error" in bandwidth ? bandwidth.error : ""}`)
     : await measureSpeed({ config, s, backend, matmul, bandwidth, microBatchTokens }).catch((e) => noSpeed(message(e)))
   console.log("speed", speed)
-  report({ quick, out, backend, reference, title, config, s, microBatchTokens, correctness, matmul, bandwidth, speed })
+  report({ quick, out, backend, reference, title, config, s, microBatchTokens, submitBatch: submitBatch === undefined ? null : Number(submitBatch), correctness, matmul, bandwidth, dispatch, speed })
 }
 
 const report = (r: {
   quick: boolean; out: string; backend: string; reference: string; title: string; config: ReturnType<typeof speedConfig>["config"]; s: (typeof SETTINGS)["full"]
-  microBatchTokens: number; correctness: Correctness; matmul: MatmulBound | { readonly error: string }; bandwidth: BandwidthBound | { readonly error: string }
+  microBatchTokens: number; submitBatch: number | null; correctness: Correctness; matmul: MatmulBound | { readonly error: string }; bandwidth: BandwidthBound | { readonly error: string }
+  dispatch: DispatchCost | { readonly error: string }
   speed: { readonly misfit: string | null; readonly rows: ReadonlyArray<SpeedRow>; readonly error?: string }
 }) => {
   const c = r.correctness
@@ -114,7 +124,10 @@ const report = (r: {
       ["next-token logprobs, max |Δ|", c.logprobMaxAbsDiff, "", TOLERANCE.logprob, "", verdict(c.logprobMaxAbsDiff <= TOLERANCE.logprob)],
       ["next-token distributions, max |Δ|", c.nextMaxAbsDiff, "", TOLERANCE.logprob, "", verdict(c.nextMaxAbsDiff <= TOLERANCE.logprob)],
       ["training step loss, |Δ|", c.lossDiff, "", TOLERANCE.loss, "", verdict(c.lossDiff <= TOLERANCE.loss)],
-      ["weight updates, ‖Δ‖ / ‖update‖", c.updateRelDiff, "", TOLERANCE.update, "", verdict(c.updateRelDiff <= TOLERANCE.update)]
+      ["weight updates, ‖Δ‖ / ‖update‖", c.updateRelDiff, "", TOLERANCE.update, "", verdict(c.updateRelDiff <= TOLERANCE.update)],
+      "error" in c.generation
+        ? ["engine, greedy tokens", `failed: ${c.generation.error}`, "", "", "", "missed"]
+        : ["engine, greedy tokens: same; logprobs max |Δ|", c.generation.sameTokens ? c.generation.logprobMaxAbsDiff : `tokens differ (max |Δ| before: ${c.generation.logprobMaxAbsDiff})`, "", TOLERANCE.logprob, "", verdict(c.generation.sameTokens && c.generation.logprobMaxAbsDiff <= TOLERANCE.logprob)]
     ]
   const speedRows = r.speed.rows.map((x) => [
     x.label,
@@ -126,18 +139,19 @@ const report = (r: {
   ])
   const notes = [
     `Backend under test: ${r.backend}; reference: ${r.reference} (in a child process: tfjs backends are per process). Adapter: ${JSON.stringify(adapterInfo())}.`,
-    `Correctness: a tiny Qwen3ForCausalLM (hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 32, q/k norms, tied head, vocab 320), random weights, written in the Hugging Face layout and loaded by the production loader on each backend; 4 sequences × 48 tokens scored, the whole next-token distribution after each, and one AdamW step (lr 1e-3) of SFT on them.`,
+    `Correctness: a tiny Qwen3ForCausalLM (hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 32, q/k norms, tied head, vocab 320), random weights, written in the Hugging Face layout and loaded by the production loader on each backend; 4 sequences × 48 tokens scored, the whole next-token distribution after each, one AdamW step (lr 1e-3) of SFT on them, and 16 greedy tokens after 12 of each generated together through the engine (decode path: ${checkDecoder(r.backend)} under test, ${checkDecoder(r.reference)} on the reference).`,
     `Speed: ${r.title}, ${(parameterCount(r.config) / 1e6).toFixed(0)}M parameters, random weights in F32, context ${r.s.context}; prompts of ${r.s.prompt} tokens, ${r.s.decode1} (1 sequence) and ${r.s.decodeMany} (batched) sampled tokens, best of ${r.s.reps} after a warm-up; training ${r.s.trainRows} × ${r.s.trainSeq} tokens per step in micro-batches of ≤ ${r.microBatchTokens} tokens, median of ${r.s.trainSteps} step(s) after a warm-up.${r.speed.misfit === null ? "" : ` Not run: ${r.speed.misfit}.`}${r.speed.error === undefined ? "" : ` Not run: ${r.speed.error}.`}`,
-    "error" in r.matmul ? `Matmul bound not measured: ${r.matmul.error}.` : `Matmul bound: fp32 tf.matMul ${r.matmul.gflops.toFixed(1)} GFLOP/s, the best of ${r.matmul.sizes.map((x) => `${x.n}³ ${x.gflops.toFixed(1)}`).join(", ")}.`,
-    "error" in r.bandwidth ? `Bandwidth bound not measured: ${r.bandwidth.error}.` : `Bandwidth bound: ${r.bandwidth.gbps.toFixed(1)} GB/s, the better of tf.add ${r.bandwidth.probes.add.toFixed(1)} and tf.sum ${r.bandwidth.probes.sum.toFixed(1)} over ${r.bandwidth.mib} MiB.`,
+    "error" in r.matmul ? `Matmul bound not measured: ${r.matmul.error}.` : `Matmul bound: fp32 tf.matMul ${r.matmul.gflops.toFixed(1)} GFLOP/s, the best of ${r.matmul.sizes.map((x) => `${x.n}³ ${x.gflops.toFixed(1)}`).join(", ")}${(r.backend === "webgpu" || r.backend === "tensorflow") && !r.quick ? " (measured after 5 s of large products, so the GPU's clocks are up)" : ""}.`,
+    "error" in r.bandwidth ? `Bandwidth bound not measured: ${r.bandwidth.error}.` : `Bandwidth bound: ${r.bandwidth.gbps.toFixed(1)} GB/s, the best of tf.add ${r.bandwidth.probes.add.toFixed(1)}, tf.sum ${r.bandwidth.probes.sum.toFixed(1)}${r.bandwidth.probes.copy === undefined ? "" : ` and a WebGPU buffer copy ${r.bandwidth.probes.copy.toFixed(1)}`} over ${r.bandwidth.mib} MiB.`,
+    "error" in r.dispatch ? `Dispatch cost not measured: ${r.dispatch.error}.` : `Dispatch: one tiny op read back in ${(r.dispatch.readbackS * 1e3).toFixed(3)} ms; ${(r.dispatch.perOpS * 1e6).toFixed(1)} µs per op queued (a chain of 200 tiny adds read once), ${(r.dispatch.perOpWithUploadS * 1e6).toFixed(1)} µs when each op also uploads a scalar.`,
     `Goals: correctness within the tolerances; ≥ ${GOAL} of the matmul bound training and decoding in batches, ≥ ${GOAL} of the bandwidth bound decoding one sequence.${r.quick ? " QUICK RUN: tiny sizes, a smoke check of the logic, not a measurement." : ""}`
   ]
   writeReport({
     name: r.quick ? "gpu-quick" : "gpu",
     json: {
       backend: r.backend, reference: r.reference, adapter: adapterInfo(), model: r.title, parameters: parameterCount(r.config), settings: r.s,
-      micro_batch_tokens: r.microBatchTokens, tolerance: TOLERANCE, goal_fraction: GOAL, correctness: r.correctness,
-      bounds: { matmul: r.matmul, bandwidth: r.bandwidth }, speed: r.speed, quick: r.quick
+      micro_batch_tokens: r.microBatchTokens, webgpu_submit_batch: r.submitBatch, tolerance: TOLERANCE, goal_fraction: GOAL, correctness: r.correctness,
+      bounds: { matmul: r.matmul, bandwidth: r.bandwidth, dispatch: r.dispatch }, speed: r.speed, quick: r.quick
     },
     table: { columns: ["measure", "measured", "unit", "bound or tolerance", "fraction of bound", "goal"], rows: [...correctnessRows, ...speedRows] },
     chart: {

@@ -6,14 +6,19 @@
  * loader on each backend. Each backend then scores the same token sequences (the log-probability
  * of every next token, and the whole next-token distribution after each sequence) and takes one
  * AdamW step of SFT on them. tfjs backends are per process, so the reference runs in a child
- * process (the same command line, told by REINS_GPU_CHECK_REFERENCE what to do).
+ * process (the same command line, told by REINS_GPU_CHECK_REFERENCE what to do). Each also
+ * generates greedily through the engine, with its backend's decode path (the GPU's tfjs-op
+ * decoder under test, fastDecode.ts on the wasm reference): the same tokens, with the same
+ * log-probabilities.
  */
 import {
   AdamW,
   ChatTemplate,
   decodeHfConfig,
   GenerationConfig,
+  generateAll,
   loadModel,
+  makeEngine,
   type ModelConfig,
   packSequences,
   parameterShapes,
@@ -25,6 +30,7 @@ import {
   type Transformer,
   type Weights
 } from "@reins/policy"
+import { GenerateRequest, SamplingParams } from "@reins/protocol"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
@@ -97,7 +103,29 @@ export interface Computed {
   readonly loss: number
   /** Every weight's change in the step, by name. */
   readonly updates: Readonly<Record<string, ReadonlyArray<number>>>
+  /** Greedy continuations of 4 prompts through the engine (batched), or why there are none. */
+  readonly generated: { readonly ids: ReadonlyArray<ReadonlyArray<number>>; readonly logprobs: ReadonlyArray<ReadonlyArray<number>> } | { readonly error: string }
 }
+
+/** The decode path the check runs on a backend: the GPU's on anything but wasm. */
+export const checkDecoder = (backend: string) => (backend === "wasm" ? "fast" : "tensor")
+
+/** 16 greedy tokens after each of 4 prompts (the first 12 tokens of each sequence), generated together. */
+const generate = (model: Transformer, seqs: ReturnType<typeof sequences>, backend: string): Promise<Computed["generated"]> =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function* () {
+        const engine = yield* makeEngine({ model, stopIds: [], maxBatch: seqs.length, decoder: checkDecoder(backend) })
+        const params = new SamplingParams({ maxTokens: 16, temperature: 0, topP: 1, topK: 0, stop: [], topLogprobs: 0 })
+        const outs = yield* Effect.forEach(
+          seqs,
+          (s, i) => generateAll(engine, new GenerateRequest({ requestId: `check-${i}`, promptIds: s.tokens.slice(0, 12), params })),
+          { concurrency: "unbounded" }
+        )
+        return { ids: outs.map((o) => Array.from(o.outputIds)), logprobs: outs.map((o) => Array.from(o.logprobs)) }
+      })
+    )
+  ).catch((e) => ({ error: (e instanceof Error ? e.message : String(e)).split("\n")[0]! }))
 
 /** The whole next-token distribution after each sequence, from one forward pass. */
 const nextDistributions = async (model: Transformer, seqs: ReturnType<typeof sequences>) => {
@@ -122,13 +150,14 @@ export const compute = async (dir: string, backend: string): Promise<Computed> =
     const seqs = sequences(model.config.vocabSize)
     const logprobs = (await scoreSequences(model, seqs, { maxTokens: 4096, maxSeqLen: 64 })).map((lp) => Array.from(lp.subarray(1)))
     const next = await nextDistributions(model, seqs)
+    const generated = await generate(model, seqs, backend)
     const before = await readTrainable(model)
     const optimizer = new AdamW(model.trainable, { lr: 1e-3, maxGradNorm: 1 })
     const stats = await trainStep(model, optimizer, packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64 }), { kind: "sft" })
     optimizer.dispose()
     const after = await readTrainable(model)
     const updates = Object.fromEntries(Object.entries(after).map(([name, w]) => [name, Array.from(w, (x, i) => x - before[name]![i]!)]))
-    return { backend, logprobs, next, loss: stats.loss, updates }
+    return { backend, logprobs, next, loss: stats.loss, updates, generated }
   } finally {
     model.dispose()
   }
@@ -168,7 +197,21 @@ export interface Comparison {
    * ~0 may move by ±lr on either backend from rounding alone.
    */
   readonly updateRelDiff: number
+  /** Greedy generation: every token the same, and the largest log-probability difference; or why not compared. */
+  readonly generation: { readonly sameTokens: boolean; readonly logprobMaxAbsDiff: number } | { readonly error: string }
   readonly met: boolean
+}
+
+const compareGenerated = (test: Computed["generated"], reference: Computed["generated"]): Comparison["generation"] => {
+  if ("error" in test) return { error: `under test: ${test.error}` }
+  if ("error" in reference) return { error: `reference: ${reference.error}` }
+  const sameTokens = test.ids.every((ids, i) => ids.length === reference.ids[i]!.length && ids.every((id, j) => id === reference.ids[i]![j]))
+  // Compared where both sampled the same token so far (past a first difference the contexts differ).
+  let worst = 0
+  test.ids.forEach((ids, i) => {
+    for (let j = 0; j < ids.length && ids[j] === reference.ids[i]![j]; j++) worst = Math.max(worst, Math.abs(test.logprobs[i]![j]! - reference.logprobs[i]![j]!))
+  })
+  return { sameTokens, logprobMaxAbsDiff: worst }
 }
 
 export const compare = (test: Computed, reference: Computed): Comparison => {
@@ -185,8 +228,10 @@ export const compare = (test: Computed, reference: Computed): Comparison => {
     logprobMaxAbsDiff: maxAbsDiff(test.logprobs, reference.logprobs),
     nextMaxAbsDiff: maxAbsDiff(test.next, reference.next),
     lossDiff: Math.abs(test.loss - reference.loss),
-    updateRelDiff: scale === 0 ? NaN : Math.sqrt(diff / scale)
+    updateRelDiff: scale === 0 ? NaN : Math.sqrt(diff / scale),
+    generation: compareGenerated(test.generated, reference.generated)
   }
-  const met = c.logprobMaxAbsDiff <= TOLERANCE.logprob && c.nextMaxAbsDiff <= TOLERANCE.logprob && c.lossDiff <= TOLERANCE.loss && c.updateRelDiff <= TOLERANCE.update
+  const generationMet = !("error" in c.generation) && c.generation.sameTokens && c.generation.logprobMaxAbsDiff <= TOLERANCE.logprob
+  const met = c.logprobMaxAbsDiff <= TOLERANCE.logprob && c.nextMaxAbsDiff <= TOLERANCE.logprob && c.lossDiff <= TOLERANCE.loss && c.updateRelDiff <= TOLERANCE.update && generationMet
   return { ...c, met }
 }

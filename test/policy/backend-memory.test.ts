@@ -134,4 +134,11 @@ describe("the backend's memory", () => {
     expect(() => kvCacheBytes({ REINS_KV_CACHE_MB: "8192" })).toThrow("REINS_KV_CACHE_MB=8192: at most 4096 MiB here")
     expect(() => kvCacheBytes({ REINS_KV_CACHE_MB: "0" })).toThrow("REINS_KV_CACHE_MB=0: expected a positive number of MiB")
   })
+
+  it("KV caches on a GPU (the tensor decode path): a quarter of the device's memory, or REINS_KV_CACHE_MB beyond wasm's 4 GiB", () => {
+    const h200 = { bytes: 143771 * MIB, source: "nvidia-smi" }
+    expect(kvCacheBytes({}, h200)).toBe(Math.floor((143771 * MIB) / 4))
+    expect(kvCacheBytes({ REINS_KV_CACHE_MB: "20000" }, h200)).toBe(20000 * MIB)
+    expect(() => kvCacheBytes({ REINS_KV_CACHE_MB: "-1" }, h200)).toThrow("REINS_KV_CACHE_MB=-1: expected a positive number of MiB")
+  })
 })

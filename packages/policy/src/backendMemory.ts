@@ -11,8 +11,9 @@
  *               adapter's storage-buffer binding limit.
  *
  * `REINS_DEVICE_MEMORY_MB` overrides the figure for any backend (wasm: at most 4096).
- * The KV caches live in the decoder's own wasm memory on the host, whatever the backend: their
- * default is the most that memory can hold, or a quarter of this machine's memory if less.
+ * The KV caches of the CPU's decode path live in its own wasm memory on the host: their default
+ * is the most that memory can hold, or a quarter of this machine's memory if less. The GPU's
+ * decode path (WebGPU) keeps them on the device: a quarter of its memory by default.
  */
 import * as tf from "@tensorflow/tfjs"
 import { execFileSync } from "node:child_process"
@@ -112,11 +113,15 @@ export const backendMemory = (backend: BackendName, env: NodeJS.ProcessEnv = pro
 }
 
 /**
- * Bytes for the KV caches: `REINS_KV_CACHE_MB` (at most what the decoder's memory can address),
- * else that most, or a quarter of this machine's memory where that is less.
+ * Bytes for the KV caches. The CPU's decode path keeps them in its kernels' wasm memory:
+ * `REINS_KV_CACHE_MB` (at most what that memory can address), else that most, or a quarter of
+ * this machine's memory where that is less. The GPU's (`device`: the backend's memory) keeps them
+ * on the device: `REINS_KV_CACHE_MB`, else a quarter of the device's memory.
  */
-export const kvCacheBytes = (env: NodeJS.ProcessEnv = process.env): number =>
-  mebibytesFromEnv("REINS_KV_CACHE_MB", env, KERNEL_MAX_BYTES / MIB) ?? Math.min(KERNEL_MAX_BYTES, Math.floor(os.totalmem() / 4))
+export const kvCacheBytes = (env: NodeJS.ProcessEnv = process.env, device?: BackendMemory): number =>
+  device !== undefined
+    ? mebibytesFromEnv("REINS_KV_CACHE_MB", env) ?? Math.floor(device.bytes / 4)
+    : mebibytesFromEnv("REINS_KV_CACHE_MB", env, KERNEL_MAX_BYTES / MIB) ?? Math.min(KERNEL_MAX_BYTES, Math.floor(os.totalmem() / 4))
 
 /** Training micro-batches for `config` on a backend with `memory`, rows of `seqLen`. */
 export const microBatchFit = (config: ModelConfig, memory: BackendMemory, options: { readonly seqLen: number; readonly lora: boolean }): MicroBatchFit =>

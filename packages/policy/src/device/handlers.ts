@@ -15,7 +15,7 @@ import { initBackend } from "../backend.js"
 import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
 import { loadModelDir, type ModelDir, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
-import { makeEngine } from "../engine/engine.js"
+import { defaultDecoder, makeEngine } from "../engine/engine.js"
 import { initAdapters, LoraConfig } from "../model/lora.js"
 import { wasmMisfit } from "../model/memory.js"
 import { Transformer } from "../model/transformer.js"
@@ -48,12 +48,14 @@ const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError
 /** The device's handlers: loads the model, starts the engine, serves it until the scope closes. */
 export const deviceHandlers = (options: DeviceOptions) =>
   Effect.gen(function*() {
-    const kvBytes = options.kvBytes ?? (yield* Effect.try({ try: () => kvCacheBytes(), catch: asDeviceError("KV memory") }))
     const backend = yield* Effect.tryPromise({
       try: () => initBackend(options.backend),
       catch: (e) => new DeviceError({ message: `no TensorFlow.js backend: ${String(e)}` })
     })
     const memory = yield* Effect.try({ try: () => backendMemory(backend), catch: asDeviceError("device memory") })
+    // The GPU's decode path keeps the caches on the device, the CPU's in its own wasm memory.
+    const kvBytes = options.kvBytes ??
+      (yield* Effect.try({ try: () => kvCacheBytes(process.env, defaultDecoder() === "tensor" ? memory : undefined), catch: asDeviceError("KV memory") }))
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
     if (backend === "wasm" && !options.createDefault) {
       // Before any weight is read: a model too large for the wasm heap fails now, saying why.

@@ -1,11 +1,25 @@
 /**
  * What the engine needs from a model: a KV cache per sequence and one batched forward call over
- * chunks of new tokens, returning the logits of each chunk's last token. It is implemented by
- * `FastDecoder` (model/fastDecode.ts); tests plug in a reference decoder of their own.
+ * chunks of new tokens, returning the logits of each chunk's last token. Two implement it:
+ * `FastEngineDecoder` (model/fastDecode.ts: typed arrays and wasm kernels, for the CPU backends)
+ * and `TensorEngineDecoder` (model/tensorDecode.ts: tfjs ops on the device, read asynchronously,
+ * for GPU backends); tests plug in a reference decoder of their own.
  */
 import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
+import { TensorDecoder, type TensorKvCache } from "../model/tensorDecode.js"
+import type { Pick, StepRows } from "../model/tensorSample.js"
 import { Transformer, type Weights } from "../model/transformer.js"
+
+/**
+ * A draw a decoder may make on its device instead of returning a row of logits (for a request
+ * without top-k, top-p or top logprobs; model/tensorSample.ts), and a step's result per chunk:
+ * its last token's logits, or the token drawn and its logprob.
+ */
+export type { Pick, StepRow, StepRows } from "../model/tensorSample.js"
+
+/** Rows [n, V] of `logits` as views. */
+export const rowsOf = (logits: Float32Array, n: number, vocab: number): StepRows => Array.from({ length: n }, (_, i) => logits.subarray(i * vocab, (i + 1) * vocab))
 
 /** New weights for a decoder: a model (its current variables are read) or plain weights. */
 export type WeightSource = Transformer | Weights
@@ -21,15 +35,19 @@ export interface Decoder<C extends DecoderCache = DecoderCache> {
   readonly version: number
   /** The most tokens one cache can hold (prompt and output together). */
   readonly maxCacheTokens: number
+  /** True when `forward` draws tokens itself for the chunks given a pick. */
+  readonly drawsOnDevice?: boolean
   /** A cache for `capacity` tokens, or undefined while the live caches leave no room for it. */
   tryNewCache(capacity: number): C | undefined
   /** Drops a cache's contents (its memory may be reused by `tryNewCache`). */
   releaseCache(cache: C): void
   /**
-   * Appends each chunk's ids to its cache; logits of each chunk's last id, [chunks, vocab]
-   * (valid until the next call).
+   * Appends each chunk's ids to its cache; for each chunk, the logits of its last id (valid until
+   * the next call), or — where `picks[i]` is given and the decoder samples on its device — the
+   * token it drew with that pick. A decoder on a GPU answers with a promise: its work is queued
+   * when the call returns, and the rows come once the device has read them back.
    */
-  forward(chunks: ReadonlyArray<{ readonly cache: C; readonly ids: Int32Array }>): Float32Array
+  forward(chunks: ReadonlyArray<{ readonly cache: C; readonly ids: Int32Array }>, picks?: ReadonlyArray<Pick | undefined>): StepRows | Promise<StepRows>
   /** Takes new weights — a model's current variables, or plain weights — as version `version`. */
   setWeights(source: WeightSource, version: number): void
   dispose(): void
@@ -65,8 +83,8 @@ export class FastEngineDecoder implements Decoder<KvCache> {
     this.decoder.freeCache(cache)
   }
 
-  forward(chunks: ReadonlyArray<{ readonly cache: KvCache; readonly ids: Int32Array }>): Float32Array {
-    return this.decoder.forward(chunks, "last", true)
+  forward(chunks: ReadonlyArray<{ readonly cache: KvCache; readonly ids: Int32Array }>): StepRows {
+    return rowsOf(this.decoder.forward(chunks, "last", true), chunks.length, this.config.vocabSize)
   }
 
   setWeights(source: WeightSource, version: number): void {
@@ -78,6 +96,48 @@ export class FastEngineDecoder implements Decoder<KvCache> {
 
   dispose(): void {
     this.weights.dispose()
+    this.decoder.dispose()
+  }
+}
+
+/** The engine's decoder on a GPU backend: tfjs ops over weights and caches on the device. */
+export class TensorEngineDecoder implements Decoder<TensorKvCache> {
+  private readonly decoder: TensorDecoder
+  readonly drawsOnDevice = true
+
+  constructor(model: Transformer, version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
+    this.decoder = new TensorDecoder(model, version, options)
+  }
+
+  get config(): ModelConfig {
+    return this.decoder.config
+  }
+
+  get version(): number {
+    return this.decoder.version
+  }
+
+  get maxCacheTokens(): number {
+    return this.decoder.maxCacheTokens
+  }
+
+  tryNewCache(capacity: number): TensorKvCache | undefined {
+    return this.decoder.tryNewCache(capacity)
+  }
+
+  releaseCache(cache: TensorKvCache): void {
+    this.decoder.releaseCache(cache)
+  }
+
+  forward(chunks: ReadonlyArray<{ readonly cache: TensorKvCache; readonly ids: Int32Array }>, picks?: ReadonlyArray<Pick | undefined>): Promise<StepRows> {
+    return this.decoder.forward(chunks, picks)
+  }
+
+  setWeights(source: WeightSource, version: number): void {
+    this.decoder.setWeights(source, version, source instanceof Transformer)
+  }
+
+  dispose(): void {
     this.decoder.dispose()
   }
 }

@@ -19,11 +19,12 @@
  * change. It is how a caller can tell "held" from "not picked up yet" without a timer.
  */
 import type { GenerateChunk, GenerateRequest, PauseMode } from "@reins/protocol"
+import * as tf from "@tensorflow/tfjs"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
 import type { Transformer } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { type Decoder, FastEngineDecoder, type WeightSource } from "./decoder.js"
-import { EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
+import { type Decoder, FastEngineDecoder, TensorEngineDecoder, type WeightSource } from "./decoder.js"
+import { DEFAULT_MAX_BATCH, EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
 
 export interface EngineOptions {
   readonly model: Transformer
@@ -36,10 +37,14 @@ export interface EngineOptions {
   readonly maxBatch?: number
   readonly prefillBudget?: number
   /**
-   * Bytes of memory for the KV caches (and the decoder's attention scratch); default and most:
-   * wasm32's 4 GiB, where the decoder's attention kernels keep them. Requests wait for room.
+   * Bytes of memory for the KV caches. The fast decoder keeps them (and its attention scratch)
+   * in its kernels' wasm memory: default and most wasm32's 4 GiB. The tensor decoder keeps them
+   * on the device: default 4 GiB, and never more than `maxBatch` whole-context caches need.
+   * Requests wait for room.
    */
   readonly kvBytes?: number
+  /** The decode path (default: `defaultDecoder()`). */
+  readonly decoder?: DecoderKind
   /**
    * A sequence's tokens are sent together until this many ms have passed since its last chunk
    * (default 10; 0 sends every token alone). Waking every consumer fiber at every step costs
@@ -47,6 +52,19 @@ export interface EngineOptions {
    */
   readonly coalesceMs?: number
 }
+
+/**
+ * Which decode path the engine runs: "fast" (model/fastDecode.ts: typed arrays and wasm kernels,
+ * reads synchronously; for the CPU backends) or "tensor" (model/tensorDecode.ts: tfjs ops on the
+ * device, one asynchronous read per step; for GPU backends, where WebGPU cannot read synchronously).
+ */
+export type DecoderKind = "fast" | "tensor"
+
+/** "tensor" on WebGPU, else "fast". */
+export const defaultDecoder = (): DecoderKind => (tf.getBackend() === "webgpu" ? "tensor" : "fast")
+
+/** KV memory of the "tensor" decoder when none is given (it takes no more than its batch can use). */
+const DEFAULT_KV_BYTES = 4 * 1024 ** 3
 
 export interface GenerationEngine {
   /** Streams the sampled tokens; the last chunk has a finish reason. Interrupting it cancels. */
@@ -77,7 +95,12 @@ export const yieldToEventLoop = Effect.async<void>((resume) => {
 export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
   Effect.gen(function* () {
     const version = options.version ?? options.model.version
-    const decoder: Decoder = new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
+    const decoder: Decoder = (options.decoder ?? defaultDecoder()) === "tensor"
+      ? new TensorEngineDecoder(options.model, version, { kvBytes: options.kvBytes ?? DEFAULT_KV_BYTES, maxSequences: options.maxBatch ?? DEFAULT_MAX_BATCH })
+      : new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
+    // A step that reads its logits back asynchronously (a GPU) holds this until its tokens are
+    // out: a pause or new weights wait for it, so no cache is changed under a step in flight.
+    const stepLock = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const scheduler = new Scheduler({
       decoder,
       ...(options.tokenizer !== undefined ? { tokenizer: options.tokenizer } : {}),
@@ -117,7 +140,10 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
           yield* Queue.take(kick)
           continue
         }
-        scheduler.step()
+        yield* stepLock(Effect.suspend(() => {
+          const stepped = scheduler.step()
+          return typeof stepped === "boolean" ? Effect.void : Effect.promise(() => stepped)
+        }))
         yield* yieldToEventLoop
       }
     }).pipe(Effect.forkScoped)
@@ -169,7 +195,7 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
       wake()
       yield* Deferred.await(done)
     })
-    const interrupt = Effect.sync(() => scheduler.interrupt())
+    const interrupt = stepLock(Effect.sync(() => scheduler.interrupt()))
 
     return {
       generate,
@@ -182,13 +208,13 @@ export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngi
         wake()
       }),
       setWeights: (v, weights) =>
-        Effect.try({
+        stepLock(Effect.try({
           try: () => {
             scheduler.setWeights(weights, v)
             wake()
           },
           catch: (e) => new EngineError({ requestId: "", message: `setWeights: ${e instanceof Error ? e.message : String(e)}`, cause: e })
-        }),
+        })),
       stats: Effect.sync(() => ({ ...scheduler.stats(), parked })),
       maxSequenceTokens: decoder.maxCacheTokens
     } satisfies GenerationEngine

@@ -19,8 +19,8 @@ import { GenerateChunk, type FinishReason, type SamplingParams } from "@reins/pr
 import { Data } from "effect"
 import { randomSeed, Rng } from "../random.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import type { Decoder, DecoderCache, WeightSource } from "./decoder.js"
-import { Sampler } from "./sampler.js"
+import type { Decoder, DecoderCache, Pick, StepRows, WeightSource } from "./decoder.js"
+import { type Sampled, Sampler } from "./sampler.js"
 import { StopMatcher } from "./stops.js"
 
 /** A request the engine cannot run (bad prompt, duplicate id, ...) or a failed forward pass. */
@@ -92,6 +92,16 @@ interface Sequence<C> {
   pending: Int32Array
 }
 
+/** Live sequences at most, unless the options say otherwise. */
+export const DEFAULT_MAX_BATCH = 32
+
+/** One sequence's part of a step: the cache it ran on and the ids it appended. */
+interface StepChunk<C> {
+  readonly seq: Sequence<C>
+  readonly cache: C
+  readonly ids: Int32Array
+}
+
 export interface SchedulerStats {
   readonly running: number
   readonly waiting: number
@@ -123,7 +133,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     this.decoder = options.decoder
     this.tokenizer = options.tokenizer
     this.stopIds = new Set(options.stopIds)
-    this.maxBatch = options.maxBatch ?? 32
+    this.maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH
     this.prefillBudget = options.prefillBudget ?? 512
     this.coalesceMs = options.coalesceMs ?? 0
   }
@@ -253,11 +263,15 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     this.held = []
   }
 
-  /** Runs one step. Returns false when there was nothing to do. */
-  step(): boolean {
+  /**
+   * Runs one step. Returns false when there was nothing to do. With a decoder that reads its
+   * logits back asynchronously (a GPU), returns a promise that settles once the step's tokens
+   * are out; the caller must not interrupt or set weights before then (engine.ts holds a lock).
+   */
+  step(): boolean | Promise<boolean> {
     if (!this.hasWork) return false
     this.admit()
-    const chunks: Array<{ seq: Sequence<C>; cache: C; ids: Int32Array }> = []
+    const chunks: Array<StepChunk<C>> = []
     let budget = this.prefillBudget
     // (an abort in recompute replaces `running`; this loop goes on over the array it started with)
     for (const seq of this.running) {
@@ -270,20 +284,50 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     }
     if (chunks.length === 0) return false
     this.steps++
-    let logits: Float32Array
+    let rows: StepRows | Promise<StepRows>
     try {
-      logits = this.decoder.forward(chunks)
+      rows = this.decoder.forward(chunks, this.decoder.drawsOnDevice === true ? chunks.map((ch) => this.pickFor(ch)) : undefined)
     } catch (e) {
-      for (const { seq } of chunks) this.abort(seq, new EngineError({ requestId: seq.id, message: `forward pass failed: ${String(e)}`, cause: e }))
+      this.failStep(chunks, e)
       return true
     }
-    const V = this.decoder.config.vocabSize
-    chunks.forEach(({ seq, ids }, i) => {
+    if (!(rows instanceof Promise)) {
+      this.finishStep(chunks, rows)
+      return true
+    }
+    return rows.then(
+      (r) => (this.finishStep(chunks, r), true),
+      (e) => (this.failStep(chunks, e), true)
+    )
+  }
+
+  /**
+   * The draw a decoder may make on its device for a chunk that ends its sequence's pending input,
+   * when the request asks for nothing the device does not do (top-k, top-p, top logprobs). Its
+   * uniform is the one the Sampler would draw, taken now from the request's RNG.
+   */
+  private pickFor({ seq, ids }: StepChunk<C>): Pick | undefined {
+    const p = seq.params
+    if (ids.length !== seq.pending.length || p.topLogprobs > 0 || p.topP < 1 || (p.topK > 0 && p.topK < this.decoder.config.vocabSize)) return undefined
+    return { temperature: p.temperature, u: p.temperature > 0 ? seq.rng.uniform() : 0 }
+  }
+
+  /** Samples and emits for every chunk whose sequence is still the one the step ran (not cancelled meanwhile). */
+  private finishStep(chunks: ReadonlyArray<StepChunk<C>>, rows: StepRows): void {
+    chunks.forEach(({ seq, cache, ids }, i) => {
+      if (seq.cache !== cache) return
       if (ids.length > 1) this.prefillTokens += ids.length
       seq.pending = seq.pending.subarray(ids.length)
-      if (seq.pending.length === 0) this.emit(seq, logits.subarray(i * V, (i + 1) * V))
+      if (seq.pending.length > 0) return
+      const row = rows[i]!
+      this.emit(seq, row instanceof Float32Array ? this.sampler.sample(row, seq.params, seq.rng) : { ...row, topIds: undefined, topLogprobs: undefined })
     })
-    return true
+  }
+
+  private failStep(chunks: ReadonlyArray<StepChunk<C>>, e: unknown): void {
+    for (const { seq, cache } of chunks) {
+      if (seq.cache === cache) this.abort(seq, new EngineError({ requestId: seq.id, message: `forward pass failed: ${String(e)}`, cause: e }))
+    }
   }
 
   private find(requestId: string): Sequence<C> | undefined {
@@ -324,10 +368,9 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     return true
   }
 
-  /** Samples the next token of `seq`, emits it, and retires the sequence if it is done. */
-  private emit(seq: Sequence<C>, logits: Float32Array): void {
+  /** Emits the next token of `seq`, and retires the sequence if it is done. */
+  private emit(seq: Sequence<C>, s: Sampled): void {
     const p = seq.params
-    const s = this.sampler.sample(logits, p, seq.rng)
     const version = this.decoder.version
     const n = seq.count++
     seq.outIds[n] = s.id

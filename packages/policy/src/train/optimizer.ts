@@ -91,7 +91,7 @@ export class AdamW {
 
   /** Global L2 norm of a set of gradients (read asynchronously: see train/step.ts). */
   static async globalNorm(grads: ReadonlyMap<string, tf.Tensor>): Promise<number> {
-    const sq = tf.tidy(() => tf.addN([...grads.values()].map((g) => tf.sum(tf.square(g)))))
+    const sq = tf.tidy(() => addMany([...grads.values()].map((g) => tf.sum(tf.square(g)))))
     try {
       return Math.sqrt((await sq.data())[0]!)
     } finally {
@@ -157,4 +157,27 @@ export class AdamW {
   dispose(): void {
     for (const t of [...this.m.values(), ...this.v.values()]) t.dispose()
   }
+}
+
+/** Inputs of one `addN` at most (see `addMany`). */
+const ADD_N_INPUTS = 7
+
+/**
+ * The sum of many tensors of one shape. One `addN` per at most 7 inputs: on WebGPU an op binds each
+ * input as a storage buffer, and a shader stage may have only 8 (Dawn's default limit, the output
+ * included). A larger `addN` there makes an invalid pipeline, which computes nothing and raises no
+ * error (seen on an H200: the global gradient norm over 311 gradients).
+ */
+export const addMany = (parts: ReadonlyArray<tf.Tensor>): tf.Tensor => {
+  if (parts.length === 0) throw new RangeError("addMany needs at least one tensor")
+  let level = [...parts]
+  while (level.length > 1) {
+    const next: Array<tf.Tensor> = []
+    for (let i = 0; i < level.length; i += ADD_N_INPUTS) {
+      const group = level.slice(i, i + ADD_N_INPUTS)
+      next.push(group.length === 1 ? group[0]! : tf.addN(group))
+    }
+    level = next
+  }
+  return level[0]!
 }

@@ -1,0 +1,62 @@
+/**
+ * Drawing tokens on the device (tensorDecode.ts): a GPU decoder that read back every row of
+ * logits would move vocab × 4 bytes per sequence per step (0.6 MB for Qwen3's 152k vocabulary),
+ * and the Sampler would then spend milliseconds per row in JavaScript. For a request without
+ * top-k, top-p or top logprobs the draw is simple enough to make where the logits are, and only
+ * four numbers per sequence come back.
+ *
+ * The draw is the Sampler's (engine/sampler.ts), with the same uniform from the request's RNG:
+ * temperature 0 is the argmax with its logprob at τ = 1; otherwise the first token at which the
+ * cumulative softmax(z/τ) reaches u, with its logprob log softmax(z/τ). Sums are float32 here and
+ * float64 there, so a u within ~1e-7 of a boundary may pick the neighbouring token; the logprob
+ * is always that of the token drawn.
+ */
+import * as tf from "@tensorflow/tfjs"
+
+/** A draw the engine lets a decoder make on its device: a temperature and the request's uniform. */
+export interface Pick {
+  readonly temperature: number
+  readonly u: number
+}
+
+/** One chunk's result: its last token's logits, or the token drawn on the device and its logprob. */
+export type StepRow = Float32Array | { readonly id: number; readonly logprob: number }
+export type StepRows = ReadonlyArray<StepRow>
+
+/**
+ * For each row of `logits` [P, V] and its pick: [P, 4] = (drawn id, its logprob under τ, argmax
+ * id, its logprob under τ) — τ taken as 1 for a greedy pick, as the Sampler reports it.
+ */
+export const drawOnDevice = (logits: tf.Tensor2D, picks: ReadonlyArray<Pick>): tf.Tensor2D =>
+  tf.tidy(() => {
+    const [P, V] = logits.shape
+    const tau = tf.tensor2d(Float32Array.from(picks, (p) => (p.temperature > 0 ? p.temperature : 1)), [P, 1])
+    const u = tf.tensor2d(Float32Array.from(picks, (p) => p.u), [P, 1])
+    const scaled = tf.div(logits, tau)
+    const max = tf.max(scaled, 1, true)
+    const cumulative = tf.cumsum(tf.exp(tf.sub(scaled, max)), 1)
+    const total = tf.slice(cumulative, [0, V - 1], [P, 1])
+    const lse = tf.reshape(tf.add(max, tf.log(total)), [P])
+    // the first index whose cumulative mass reaches u: how many stay below it
+    const drawn = tf.minimum(tf.sum(tf.cast(tf.less(cumulative, tf.mul(u, total)), "int32"), 1), tf.scalar(V - 1, "int32"))
+    const best = tf.cast(tf.argMax(logits, 1), "int32")
+    const flat = tf.reshape(scaled, [P * V])
+    const rowStart = tf.tensor1d(Int32Array.from({ length: P }, (_, r) => r * V), "int32")
+    const logprobAt = (id: tf.Tensor1D) => tf.sub(tf.gather(flat, tf.add(rowStart, id)), lse)
+    return tf.stack([tf.cast(drawn, "float32"), logprobAt(drawn as tf.Tensor1D), tf.cast(best, "float32"), logprobAt(best as tf.Tensor1D)], 1) as tf.Tensor2D
+  })
+
+/**
+ * Row `j` of `drawOnDevice`'s result, read back: the token the pick asked for. A device that
+ * computed nothing (a failed shader computes nothing and says nothing) fails the step here
+ * rather than emitting a token that is not one.
+ */
+export const readDraw = (values: Float32Array, j: number, pick: Pick, vocab: number): StepRow => {
+  const at = j * 4 + (pick.temperature > 0 ? 0 : 2)
+  const id = values[at]!
+  const logprob = values[at + 1]!
+  if (!(Number.isInteger(id) && id >= 0 && id < vocab && logprob <= 1e-3)) {
+    throw new RangeError(`the device drew no valid token (id ${id}, logprob ${logprob}, vocabulary ${vocab})`)
+  }
+  return { id, logprob: Math.min(logprob, 0) }
+}
