@@ -39,7 +39,7 @@ export {
   type ModelDir,
   type OptimizerState
 } from "./checkpoint/modelDir.js"
-export { Sampler, logSoftmax, type SamplerSettings, type Sampled } from "./engine/sampler.js"
+export { Sampler, logSoftmax, topIndices, type SamplerSettings, type Sampled } from "./engine/sampler.js"
 export { StopMatcher } from "./engine/stops.js"
 export { FastEngineDecoder, TensorEngineDecoder, type Decoder, type DecoderCache, type WeightSource } from "./engine/decoder.js"
 export { Scheduler, EngineError, type Sink, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"

@@ -1,11 +1,14 @@
 /**
- * Continuous batching, as a synchronous state machine driven one step at a time (engine.ts runs
- * the steps on a fiber and turns the output into streams).
+ * Continuous batching, as a state machine driven one step at a time (engine.ts runs the steps on
+ * a fiber and turns the output into streams). A step is synchronous on the CPU's decoder; on a
+ * GPU's it ends when the device's answer comes back (a promise), and only then are its tokens
+ * sampled and emitted.
  *
  * A step: admit waiting requests (FIFO, up to `maxBatch` live sequences; not while draining or
  * interrupted), then one forward call over every live sequence — a new prompt (or the part of it
  * that fits the step's `prefillBudget`) or the last sampled token — then sample one token for
- * every sequence whose input is fully consumed, emit it, and retire finished sequences.
+ * every sequence whose input is fully consumed (a decoder that draws on its device is handed the
+ * request's uniform for it, see `pickFor`), emit it, and retire finished sequences.
  * Requests join and leave at step boundaries; since every row of the batch is computed
  * independently, a request gets the same tokens whether it runs alone or beside others.
  *
