@@ -310,7 +310,8 @@ export class TensorDecoder {
     const outs = groups.map((g, i) => {
       const C = g.chunks.length
       const T = g.length
-      const a = this.attention(tf.slice(q, [row, 0], [C * T, c.qDim]), keys, values, C, T, reads[i]!)
+      const groupQ = groups.length === 1 ? q : tf.slice(q, [row, 0], [C * T, c.qDim])
+      const a = this.attention(groupQ, keys, values, C, T, reads[i]!)
       row += C * T
       return a
     })
