@@ -37,8 +37,9 @@ const timed = async (run: () => tf.Tensor, reps: number, count = 1): Promise<num
 
 /**
  * Keeps the device busy with large products for `seconds` before anything is measured: a GPU
- * idles at a fraction of its clock (an H200 at 345 of 1980 MHz) and takes a while to come up,
- * so a bound measured first would be low and the rates measured after it would exceed it.
+ * idles below its clock and takes a while to come up, so a bound measured first comes out low
+ * and the rates measured after it exceed it (an H200 run without this: prefill at 1.36× "the
+ * bound", which was 3.8 TFLOP/s; with it, 13.5).
  */
 export const warmUp = async (seconds: number, n = 4096): Promise<void> => {
   const a = tf.randomNormal([n, n]) as tf.Tensor2D

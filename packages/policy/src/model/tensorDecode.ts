@@ -174,13 +174,11 @@ export class TensorDecoder {
     }
     // Rows in group order: all length-1 chunks first (one group), then each longer chunk.
     const order = chunks.map((_, i) => i).sort((a, b) => chunks[a]!.ids.length - chunks[b]!.ids.length || a - b)
-    const groups: Array<Group> = []
-    for (const i of order) {
-      const length = chunks[i]!.ids.length
-      const last = groups[groups.length - 1]
-      if (last !== undefined && last.length === length && length === 1) (last.chunks as Array<number>).push(i)
-      else groups.push({ chunks: [i], length })
-    }
+    const decoding = order.filter((i) => chunks[i]!.ids.length === 1)
+    const groups: ReadonlyArray<Group> = [
+      ...(decoding.length > 0 ? [{ chunks: decoding, length: 1 }] : []),
+      ...order.filter((i) => chunks[i]!.ids.length > 1).map((i) => ({ chunks: [i], length: chunks[i]!.ids.length }))
+    ]
     const n = chunks.reduce((s, ch) => s + ch.ids.length, 0)
     const ids = new Int32Array(n)
     const positions = new Int32Array(n)
