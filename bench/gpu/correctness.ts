@@ -7,8 +7,8 @@
  * of every next token, and the whole next-token distribution after each sequence) and takes one
  * AdamW step of SFT on them. tfjs backends are per process, so the reference runs in a child
  * process (the same command line, told by REINS_GPU_CHECK_REFERENCE what to do). Each also
- * generates greedily through the engine, with its backend's decode path (the GPU's tfjs-op
- * decoder under test, fastDecode.ts on the wasm reference): the same tokens, with the same
+ * generates greedily through the engine, with its backend's decode path (webgpuDecode.ts's
+ * shaders on WebGPU, tfjs ops on another GPU backend, fastDecode.ts on the wasm reference): the same tokens, with the same
  * log-probabilities.
  */
 import {
@@ -107,8 +107,8 @@ export interface Computed {
   readonly generated: { readonly ids: ReadonlyArray<ReadonlyArray<number>>; readonly logprobs: ReadonlyArray<ReadonlyArray<number>> } | { readonly error: string }
 }
 
-/** The decode path the check runs on a backend: the GPU's on anything but wasm. */
-export const checkDecoder = (backend: string) => (backend === "wasm" ? "fast" : "tensor")
+/** The decode path the check runs on a backend: the engine's default on WebGPU (its own shaders), tfjs ops on other GPUs, the CPU's on wasm. */
+export const checkDecoder = (backend: string) => (backend === "wasm" ? "fast" : backend === "webgpu" ? "webgpu" : "tensor")
 
 /** 16 greedy tokens after each of 4 prompts (the first 12 tokens of each sequence), generated together. */
 const generate = (model: Transformer, seqs: ReturnType<typeof sequences>, backend: string): Promise<Computed["generated"]> =>

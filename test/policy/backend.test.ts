@@ -1,16 +1,17 @@
 /**
  * Backend selection in real processes (tfjs backends are per process): the default here is wasm
- * (no tfjs-node, no Vulkan), `REINS_BACKEND` overrides it, and a backend asked for by name that
- * cannot start fails in one line naming what is missing: tfjs-node not installed, the `webgpu`
- * package not installed (hidden by a resolve hook), no Vulkan loader (this machine), a Vulkan
- * loader that loads no device (a file that is no library, through LD_LIBRARY_PATH: Dawn itself
+ * (no tfjs-node, no GPU; Mesa's lavapipe, a Vulkan driver on the CPU, is never picked by
+ * default), `REINS_BACKEND` overrides it, and a backend asked for by name that cannot start fails
+ * in one line naming what is missing: tfjs-node not installed, the `webgpu` package not installed
+ * (hidden by a resolve hook), no Vulkan loader, a Vulkan loader that loads no device (a file that
+ * is no library through LD_LIBRARY_PATH, or a driver manifest that does not exist: Dawn itself
  * then finds no adapter). And the engine runs inside a worker thread, where the Trainer keeps the
  * device.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Worker as ReinsWorker } from "@reins/runtime"
 import { spawnSync } from "node:child_process"
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -31,6 +32,7 @@ const probe = (values: ReadonlyArray<string>, env: Record<string, string> = {}, 
 }
 
 const VULKAN = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib64"].some((d) => existsSync(path.join(d, "libvulkan.so.1")))
+const LAVAPIPE = VULKAN && existsSync("/usr/share/vulkan/icd.d") && readdirSync("/usr/share/vulkan/icd.d").some((f) => f.startsWith("lvp_icd"))
 
 describe("backend", () => {
   it("REINS_BACKEND overrides the default (wasm here); unknown names and backends that cannot start fail in one line naming what is missing", () => {
@@ -48,15 +50,20 @@ describe("backend", () => {
     expect(probe(["auto"])).toEqual([{ env: "auto", backend: "wasm" }])
   })
 
-  it.skipIf(VULKAN)("webgpu: no Vulkan loader, a loader with no device, or no webgpu package each say so; none falls back", () => {
+  it.skipIf(VULKAN)("webgpu: no Vulkan loader says so", () => {
     expect(probe(["webgpu"])).toEqual([{
       env: "webgpu",
       error: "backend webgpu was requested but cannot start: no Vulkan loader (libvulkan.so.1) on this machine: install the GPU's Vulkan driver (e.g. libvulkan1 and the vendor's ICD)",
       tag: "BackendError"
     }])
+  })
+
+  it("webgpu: a Vulkan loader with no device, or no webgpu package, each say so; none falls back", () => {
+    // no device: a loader that is no library (no Vulkan here), or the loader told to load a driver that does not exist
     const fake = mkdtempSync(path.join(dir, "vulkan-"))
     writeFileSync(path.join(fake, "libvulkan.so.1"), "not a shared library")
-    expect(probe(["webgpu", "wasm"], { LD_LIBRARY_PATH: fake })).toEqual([
+    const noDevice: Record<string, string> = VULKAN ? { VK_DRIVER_FILES: path.join(fake, "missing_icd.json") } : { LD_LIBRARY_PATH: fake }
+    expect(probe(["webgpu", "wasm"], noDevice)).toEqual([
       {
         env: "webgpu",
         error: "backend webgpu was requested but cannot start: Dawn found no WebGPU adapter: no Vulkan 1.1 device (is the GPU's Vulkan driver installed? vulkaninfo lists the devices)",
@@ -64,11 +71,17 @@ describe("backend", () => {
       },
       { env: "wasm", backend: "wasm" }
     ])
-    expect(probe(["webgpu"], { HIDE_PACKAGES: "webgpu", LD_LIBRARY_PATH: fake }, ["./fixtures/hide-packages.mjs"])).toEqual([{
+    expect(probe(["webgpu"], { HIDE_PACKAGES: "webgpu", ...noDevice }, ["./fixtures/hide-packages.mjs"])).toEqual([{
       env: "webgpu",
       error: "backend webgpu was requested but cannot start: the package webgpu is not installed (npm install webgpu)",
       tag: "BackendError"
     }])
+  })
+
+  // Mesa's lavapipe (.ci/run installs it): Vulkan on the CPU, which runs the WebGPU tests here
+  it.runIf(LAVAPIPE)("auto never picks a CPU's Vulkan driver (no GPU there, and slower than wasm); asked for by name, webgpu runs on it", () => {
+    expect(probe(["auto"])).toEqual([{ env: "auto", backend: "wasm" }])
+    expect(probe(["webgpu"])).toEqual([{ env: "webgpu", backend: "webgpu" }])
   })
 
   it("the engine runs in a worker thread", async () => {

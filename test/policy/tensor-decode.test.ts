@@ -37,7 +37,7 @@ describe("tensor decoder", () => {
       const tensor = new TensorDecoder(model, 0, { kvBytes: 1 << 24, maxSequences: 8 })
       const prompts = [[1, 2, 3, 4, 5], [7, 8], [9], [10, 11, 12, 13, 14, 15, 16]]
       const fc = prompts.map(() => fast.newCache(40))
-      const tc = prompts.map(() => tensor.tryNewCache(40)!)
+      const tc = prompts.map(() => tensor.kv.tryNewCache(40)!)
       // all four prompts at once (one of length 1 decodes beside three prefills)
       const first = prompts.map((p) => Int32Array.from(p))
       expect(maxDiff(await logitsOf(tensor, first.map((ids, i) => ({ cache: tc[i]!, ids }))), fast.forward(first.map((ids, i) => ({ cache: fc[i]!, ids })), "last").slice())).toBeLessThan(1e-5)
@@ -50,7 +50,7 @@ describe("tensor decoder", () => {
         expect(maxDiff(got, want), `step ${step}`).toBeLessThan(1e-5)
       }
       expect(tc.map((c) => c.length)).toEqual(fc.map((c) => c.length))
-      for (const cache of tc) tensor.releaseCache(cache)
+      for (const cache of tc) tensor.kv.releaseCache(cache)
       for (const cache of fc) fast.freeCache(cache)
       tensor.dispose()
       fast.dispose()
@@ -62,16 +62,16 @@ describe("tensor decoder", () => {
   it("holds no more rows than its sequences can use, and hands out what it holds", () => {
     const model = Transformer.init(tinyConfig(V), 4) // 2 layers × kv width 32: 512 bytes per token, context 64
     const roomy = new TensorDecoder(model, 0, { kvBytes: 1 << 30, maxSequences: 3 })
-    expect(roomy.maxCacheTokens).toBe(64)
-    const caches = [0, 1, 2].map(() => roomy.tryNewCache(64))
+    expect(roomy.kv.maxCacheTokens).toBe(64)
+    const caches = [0, 1, 2].map(() => roomy.kv.tryNewCache(64))
     expect(caches.every((c) => c !== undefined)).toBe(true)
-    expect(roomy.tryNewCache(1)).toBeUndefined() // 3 × 64 rows, all taken
-    roomy.releaseCache(caches[1]!)
-    expect(roomy.tryNewCache(10)?.start).toBe(caches[1]!.start)
+    expect(roomy.kv.tryNewCache(1)).toBeUndefined() // 3 × 64 rows, all taken
+    roomy.kv.releaseCache(caches[1]!)
+    expect(roomy.kv.tryNewCache(10)?.start).toBe(caches[1]!.start)
     roomy.dispose()
     const none = new TensorDecoder(model, 0, { kvBytes: 1000, maxSequences: 3 })
-    expect(none.maxCacheTokens).toBe(0)
-    expect(none.tryNewCache(1)).toBeUndefined()
+    expect(none.kv.maxCacheTokens).toBe(0)
+    expect(none.kv.tryNewCache(1)).toBeUndefined()
     none.dispose()
     model.dispose()
   })

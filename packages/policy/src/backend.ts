@@ -4,7 +4,8 @@
  *
  *   tensorflow  `@tensorflow/tfjs-node-gpu` (CUDA): install it on a machine with an NVIDIA GPU
  *   webgpu      `@tensorflow/tfjs-backend-webgpu` on Dawn (the `webgpu` package, whose Linux x64
- *               build ships inside it): any GPU with a Vulkan 1.1 driver, no CUDA toolkit
+ *               build ships inside it): any GPU with a Vulkan 1.1 driver, no CUDA toolkit (a
+ *               software adapter such as Mesa's lavapipe only when asked for by name)
  *   tensorflow  `@tensorflow/tfjs-node` (libtensorflow on the CPU)
  *   wasm        XNNPACK with SIMD, single-threaded. Its .wasm files are loaded from
  *               node_modules/@tensorflow/tfjs-backend-wasm/dist, so nothing is ever downloaded.
@@ -16,7 +17,7 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { Data } from "effect"
-import { existsSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 
@@ -82,15 +83,53 @@ const hasVulkanLoader = () =>
   process.platform !== "linux" ||
   [...(process.env["LD_LIBRARY_PATH"] ?? "").split(":").filter(Boolean), ...VULKAN_DIRS].some((dir) => existsSync(join(dir, "libvulkan.so.1")))
 
+/** Where the Vulkan loader looks for driver manifests when no variable names them. */
+const icdDirs = () => {
+  const env = process.env
+  const config = (env["XDG_CONFIG_DIRS"] ?? "/etc/xdg").split(":")
+  const data = (env["XDG_DATA_DIRS"] ?? "/usr/local/share:/usr/share").split(":")
+  const home = env["HOME"] === undefined ? [] : [join(env["HOME"], ".local/share")]
+  return [...config, "/etc", ...data, "/usr/local/share", "/usr/share", ...home].map((d) => join(d, "vulkan/icd.d"))
+}
+
+/**
+ * Why no Vulkan driver here can reach a GPU, read without loading Dawn (whose adapter probe on
+ * Mesa's CPU driver, lavapipe, prints warnings in every process): no variable names a driver,
+ * every driver manifest is Mesa's (`libvulkan_*.so`), and no device node exists that Mesa's GPU
+ * drivers open (/dev/dri/renderD*). Undefined when a GPU may be there (an NVIDIA driver, say).
+ */
+const noGpuDriver = (): string | undefined => {
+  if (["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"].some((v) => (process.env[v] ?? "") !== "")) return undefined
+  const entries = (dir: string) => {
+    try {
+      return readdirSync(dir).map((f) => join(dir, f))
+    } catch {
+      return []
+    }
+  }
+  if (entries("/dev/dri").some((f) => f.includes("renderD"))) return undefined
+  const libraries = [...new Set(icdDirs())].flatMap(entries).filter((f) => f.endsWith(".json")).map((file) => {
+    try {
+      return String(JSON.parse(readFileSync(file, "utf8"))?.ICD?.library_path ?? file)
+    } catch {
+      return file
+    }
+  })
+  if (libraries.length === 0 || !libraries.every((lib) => /libvulkan_\w+\.so/.test(lib))) return undefined
+  return `only Mesa's drivers (${libraries.map((l) => l.split("/").pop()).join(", ")}) and no /dev/dri render node: lavapipe, on the CPU, is all they can run`
+}
+
 /**
  * WebGPU on Dawn: its globals (`GPUBufferUsage`, ...) and `navigator.gpu`, which the tfjs backend
  * reads, then an adapter. No adapter means no usable GPU: the error says which piece is missing.
  */
-const loadWebgpu = async (): Promise<void> => {
+const loadWebgpu = async (software: "refuse" | "accept"): Promise<void> => {
   // First what costs nothing to check, so a machine without Vulkan never loads Dawn (21 MB).
   if (!hasVulkanLoader()) {
     throw new Missing("no Vulkan loader (libvulkan.so.1) on this machine: install the GPU's Vulkan driver (e.g. libvulkan1 and the vendor's ICD)")
   }
+  const noGpu = software === "refuse" ? noGpuDriver() : undefined
+  if (noGpu !== undefined) throw new Missing(`no GPU for Vulkan: ${noGpu} (REINS_BACKEND=webgpu uses it anyway)`)
   const dawn = await importOptional("webgpu", "npm install webgpu")
   const gpu = dawn.create([])
   Object.assign(globalThis, dawn.globals)
@@ -102,6 +141,10 @@ const loadWebgpu = async (): Promise<void> => {
   const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" })
   if (adapter === null || adapter === undefined) {
     throw new Missing("Dawn found no WebGPU adapter: no Vulkan 1.1 device (is the GPU's Vulkan driver installed? vulkaninfo lists the devices)")
+  }
+  // A CPU's Vulkan (Mesa's lavapipe) is no GPU, and slower than wasm: used only when asked for by name.
+  if (adapter.info?.isFallbackAdapter === true && software === "refuse") {
+    throw new Missing(`Dawn's only adapter runs on the CPU (${adapter.info.description || adapter.info.device}), not a GPU: REINS_BACKEND=webgpu uses it anyway`)
   }
   await importOptional("@tensorflow/tfjs-backend-webgpu", "npm install @tensorflow/tfjs-backend-webgpu@4.22.0", () => import("@tensorflow/tfjs-backend-webgpu"))
 }
@@ -142,7 +185,7 @@ const candidate = (name: BackendName, load: () => Promise<void> = async () => {}
 /** The default order: the fastest first. */
 const AUTO: ReadonlyArray<Candidate> = [
   candidate("tensorflow", () => loadTensorflow("gpu")),
-  candidate("webgpu", loadWebgpu),
+  candidate("webgpu", () => loadWebgpu("refuse")),
   candidate("tensorflow", () => loadTensorflow("cpu")),
   candidate("wasm", loadWasm),
   candidate("cpu")
@@ -150,7 +193,7 @@ const AUTO: ReadonlyArray<Candidate> = [
 
 const BY_NAME: Record<BackendName, Candidate> = {
   tensorflow: candidate("tensorflow", () => loadTensorflow("any")),
-  webgpu: candidate("webgpu", loadWebgpu),
+  webgpu: candidate("webgpu", () => loadWebgpu("accept")),
   wasm: candidate("wasm", loadWasm),
   cpu: candidate("cpu")
 }

@@ -55,7 +55,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const memory = yield* Effect.try({ try: () => backendMemory(backend), catch: asDeviceError("device memory") })
     // The GPU's decode path keeps the caches on the device, the CPU's in its own wasm memory.
     const kvBytes = options.kvBytes ??
-      (yield* Effect.try({ try: () => kvCacheBytes(process.env, defaultDecoder() === "tensor" ? memory : undefined), catch: asDeviceError("KV memory") }))
+      (yield* Effect.try({ try: () => kvCacheBytes(process.env, defaultDecoder() !== "fast" ? memory : undefined), catch: asDeviceError("KV memory") }))
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
     if (backend === "wasm" && !options.createDefault) {
       // Before any weight is read: a model too large for the wasm heap fails now, saying why.

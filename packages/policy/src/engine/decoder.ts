@@ -2,12 +2,15 @@
  * What the engine needs from a model: a KV cache per sequence and one batched forward call over
  * chunks of new tokens, returning the logits of each chunk's last token. Two implement it:
  * `FastEngineDecoder` (model/fastDecode.ts: typed arrays and wasm kernels, for the CPU backends)
- * and `TensorEngineDecoder` (model/tensorDecode.ts: tfjs ops on the device, read asynchronously,
- * for GPU backends); tests plug in a reference decoder of their own.
+ * and `DeviceEngineDecoder` over a decoder that keeps weights and caches on a GPU and reads
+ * asynchronously (model/webgpuDecode.ts: its own shaders, on WebGPU; model/tensorDecode.ts: tfjs
+ * ops, on any backend); tests plug in a reference decoder of their own.
  */
 import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
-import { TensorDecoder, type TensorKvCache } from "../model/tensorDecode.js"
+import type { TensorKvCache } from "../model/kvRows.js"
+import type { TensorDecoder } from "../model/tensorDecode.js"
+import type { WebGpuDecoder } from "../model/webgpuDecode.js"
 import type { Pick, StepRows } from "../model/tensorSample.js"
 import { Transformer, type Weights } from "../model/transformer.js"
 
@@ -100,14 +103,11 @@ export class FastEngineDecoder implements Decoder<KvCache> {
   }
 }
 
-/** The engine's decoder on a GPU backend: tfjs ops over weights and caches on the device. */
-export class TensorEngineDecoder implements Decoder<TensorKvCache> {
-  private readonly decoder: TensorDecoder
+/** The engine's decoder on a GPU: weights and caches on the device, one asynchronous read per step. */
+export class DeviceEngineDecoder implements Decoder<TensorKvCache> {
   readonly drawsOnDevice = true
 
-  constructor(model: Transformer, version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
-    this.decoder = new TensorDecoder(model, version, options)
-  }
+  constructor(private readonly decoder: TensorDecoder | WebGpuDecoder) {}
 
   get config(): ModelConfig {
     return this.decoder.config
@@ -118,15 +118,15 @@ export class TensorEngineDecoder implements Decoder<TensorKvCache> {
   }
 
   get maxCacheTokens(): number {
-    return this.decoder.maxCacheTokens
+    return this.decoder.kv.maxCacheTokens
   }
 
   tryNewCache(capacity: number): TensorKvCache | undefined {
-    return this.decoder.tryNewCache(capacity)
+    return this.decoder.kv.tryNewCache(capacity)
   }
 
   releaseCache(cache: TensorKvCache): void {
-    this.decoder.releaseCache(cache)
+    this.decoder.kv.releaseCache(cache)
   }
 
   forward(chunks: ReadonlyArray<{ readonly cache: TensorKvCache; readonly ids: Int32Array }>, picks?: ReadonlyArray<Pick | undefined>): Promise<StepRows> {

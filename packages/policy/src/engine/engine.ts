@@ -23,7 +23,10 @@ import * as tf from "@tensorflow/tfjs"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
 import type { Transformer } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { type Decoder, FastEngineDecoder, TensorEngineDecoder, type WeightSource } from "./decoder.js"
+import { type Decoder, DeviceEngineDecoder, FastEngineDecoder, type WeightSource } from "./decoder.js"
+import type { ModelConfig } from "../model/config.js"
+import { TensorDecoder } from "../model/tensorDecode.js"
+import { WebGpuDecoder, webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { DEFAULT_MAX_BATCH, EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
 
 export interface EngineOptions {
@@ -38,7 +41,7 @@ export interface EngineOptions {
   readonly prefillBudget?: number
   /**
    * Bytes of memory for the KV caches. The fast decoder keeps them (and its attention scratch)
-   * in its kernels' wasm memory: default and most wasm32's 4 GiB. The tensor decoder keeps them
+   * in its kernels' wasm memory: default and most wasm32's 4 GiB. The device decoders keep them
    * on the device: default 4 GiB, and never more than `maxBatch` whole-context caches need.
    * Requests wait for room.
    */
@@ -55,15 +58,20 @@ export interface EngineOptions {
 
 /**
  * Which decode path the engine runs: "fast" (model/fastDecode.ts: typed arrays and wasm kernels,
- * reads synchronously; for the CPU backends) or "tensor" (model/tensorDecode.ts: tfjs ops on the
- * device, one asynchronous read per step; for GPU backends, where WebGPU cannot read synchronously).
+ * reads synchronously; for the CPU backends), "webgpu" (model/webgpuDecode.ts: its own compute
+ * shaders on tfjs's WebGPU device, one asynchronous read per step) or "tensor"
+ * (model/tensorDecode.ts: tfjs ops on the device, read asynchronously; any backend).
  */
-export type DecoderKind = "fast" | "tensor"
+export type DecoderKind = "fast" | "webgpu" | "tensor"
 
-/** "tensor" on WebGPU, else "fast". */
-export const defaultDecoder = (): DecoderKind => (tf.getBackend() === "webgpu" ? "tensor" : "fast")
+/**
+ * On WebGPU "webgpu" (or "tensor" for shapes its shaders do not take, e.g. a head size that is
+ * not a multiple of 4), elsewhere "fast".
+ */
+export const defaultDecoder = (config?: ModelConfig): DecoderKind =>
+  tf.getBackend() !== "webgpu" ? "fast" : config === undefined || webgpuDecodeUnsupported(config) === undefined ? "webgpu" : "tensor"
 
-/** KV memory of the "tensor" decoder when none is given (it takes no more than its batch can use). */
+/** KV memory of a device decoder when none is given (it takes no more than its batch can use). */
 const DEFAULT_KV_BYTES = 4 * 1024 ** 3
 
 export interface GenerationEngine {
@@ -95,9 +103,11 @@ export const yieldToEventLoop = Effect.async<void>((resume) => {
 export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
   Effect.gen(function* () {
     const version = options.version ?? options.model.version
-    const decoder: Decoder = (options.decoder ?? defaultDecoder()) === "tensor"
-      ? new TensorEngineDecoder(options.model, version, { kvBytes: options.kvBytes ?? DEFAULT_KV_BYTES, maxSequences: options.maxBatch ?? DEFAULT_MAX_BATCH })
-      : new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
+    const kind = options.decoder ?? defaultDecoder(options.model.config)
+    const onDevice = { kvBytes: options.kvBytes ?? DEFAULT_KV_BYTES, maxSequences: options.maxBatch ?? DEFAULT_MAX_BATCH }
+    const decoder: Decoder = kind === "fast"
+      ? new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
+      : new DeviceEngineDecoder(kind === "webgpu" ? new WebGpuDecoder(options.model, version, onDevice) : new TensorDecoder(options.model, version, onDevice))
     // A step that reads its logits back asynchronously (a GPU) holds this until its tokens are
     // out: a pause or new weights wait for it, so no cache is changed under a step in flight.
     const stepLock = (yield* Effect.makeSemaphore(1)).withPermits(1)

@@ -6,7 +6,7 @@
  * synchronously everywhere; on a GPU those loops would leave it idle anyway.
  *
  *   KV caches   one pool of rows per layer for keys (rotated) and one for values, [rows, kvDim];
- *               a sequence's cache is a contiguous range of rows (`RowRanges`)
+ *               a sequence's cache is a contiguous range of rows (kvRows.ts)
  *   a step      the new tokens of every chunk as one batch of rows: dense products, norms, RoPE
  *               and the MLP over all rows at once; each row's key and value written to its row of
  *               the pools (in place on WebGPU); attention per group of chunks of one length
@@ -23,50 +23,7 @@ import { rmsNorm, rope, swiglu, writeRows } from "./webgpuOps.js"
 import { drawOnDevice, type Pick, readDraw, type StepRow, type StepRows } from "./tensorSample.js"
 import { ropeTable } from "./ops.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
-
-/** A sequence's cache: rows start..start+capacity of every layer's pools. */
-export class TensorKvCache {
-  length = 0
-  constructor(readonly start: number, readonly capacity: number) {}
-}
-
-/** The new tokens of one sequence. */
-export interface TensorChunk {
-  readonly cache: TensorKvCache
-  readonly ids: Int32Array
-}
-
-/** Caches are handed out in blocks of this many rows. */
-const BLOCK = 64
-
-/** First-fit ranges of a pool's rows; freed neighbours merge. */
-export class RowRanges {
-  private free: Array<{ start: number; size: number }>
-
-  constructor(readonly rows: number) {
-    this.free = rows > 0 ? [{ start: 0, size: rows }] : []
-  }
-
-  alloc(size: number): number | undefined {
-    const i = this.free.findIndex((r) => r.size >= size)
-    if (i < 0) return undefined
-    const r = this.free[i]!
-    const start = r.start
-    if (r.size === size) this.free.splice(i, 1)
-    else (r.start += size), (r.size -= size)
-    return start
-  }
-
-  release(start: number, size: number): void {
-    let i = this.free.findIndex((r) => r.start > start)
-    if (i < 0) i = this.free.length
-    this.free.splice(i, 0, { start, size })
-    const next = this.free[i + 1]
-    if (next !== undefined && start + size === next.start) this.free[i]!.size += this.free.splice(i + 1, 1)[0]!.size
-    const prev = this.free[i - 1]
-    if (prev !== undefined && prev.start + prev.size === start) prev.size += this.free.splice(i, 1)[0]!.size
-  }
-}
+import { BLOCK, KvRows, type TensorChunk } from "./kvRows.js"
 
 /** The weights a step reads, by parameter name, plus the head as [d, vocab]; all kept on the device. */
 interface Snapshot {
@@ -107,7 +64,7 @@ export class TensorDecoder {
   private weights: Snapshot
   private readonly keys: Array<tf.Tensor2D>
   private readonly values: Array<tf.Tensor2D>
-  private readonly ranges: RowRanges
+  readonly kv: KvRows
   /** cos and sin of every (position, frequency), [context, hd/2]; ε; RoPE's [-1, 1] over halves. */
   private readonly cos: tf.Tensor2D
   private readonly sin: tf.Tensor2D
@@ -123,10 +80,8 @@ export class TensorDecoder {
   constructor(model: Transformer, public version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
     const c = (this.config = model.config)
     this.weights = snapshotOfModel(model)
-    const fits = Math.floor(options.kvBytes / (c.nLayers * 2 * c.kvDim * 4) / BLOCK) * BLOCK
-    const rows = Math.min(fits, options.maxSequences * Math.ceil(c.contextLength / BLOCK) * BLOCK)
-    this.ranges = new RowRanges(rows)
-    const pool = () => tf.keep(tf.zeros([Math.max(rows, 1), c.kvDim])) as tf.Tensor2D
+    this.kv = new KvRows(c.contextLength, Math.floor(options.kvBytes / (c.nLayers * 2 * c.kvDim * 4)), options.maxSequences)
+    const pool = () => tf.keep(tf.zeros([Math.max(this.kv.rows, 1), c.kvDim])) as tf.Tensor2D
     this.keys = Array.from({ length: c.nLayers }, pool)
     this.values = Array.from({ length: c.nLayers }, pool)
     const table = ropeTable(c.contextLength, c.headDim, c.ropeTheta, c.ropeScaling)
@@ -135,22 +90,6 @@ export class TensorDecoder {
     this.eps = tf.keep(tf.scalar(c.normEps))
     this.sign = tf.keep(tf.tensor4d([-1, 1], [1, 1, 2, 1]))
     this.scale = tf.keep(tf.scalar(1 / Math.sqrt(c.headDim)))
-  }
-
-  /** The most tokens one cache can hold: the context, or what the pools hold if that is less. */
-  get maxCacheTokens(): number {
-    return Math.min(this.config.contextLength, this.ranges.rows)
-  }
-
-  tryNewCache(capacity: number): TensorKvCache | undefined {
-    const rows = Math.min(this.maxCacheTokens, Math.ceil(Math.max(1, capacity) / BLOCK) * BLOCK)
-    if (rows === 0) return undefined
-    const start = this.ranges.alloc(rows)
-    return start === undefined ? undefined : new TensorKvCache(start, rows)
-  }
-
-  releaseCache(cache: TensorKvCache): void {
-    this.ranges.release(cache.start, cache.capacity)
   }
 
   /** New weights: a model's current variables (merged with its adapters), or plain weights. */

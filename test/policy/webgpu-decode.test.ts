@@ -1,0 +1,55 @@
+/**
+ * The WebGPU decoder's shaders computed for real: on Mesa's lavapipe (Vulkan on the CPU, which
+ * `.ci/run` installs), its logits equal the tensor decoder's, and its draws the same tokens
+ * (fixtures/webgpu-decode.ts). The tensor decoder is held to the CPU decoder elsewhere
+ * (tensor-decode.test.ts), so this holds the shaders to the reference arithmetic; the engine on
+ * it generates what it does on the tensor decoder, new weights included. Without a
+ * Vulkan device the test is skipped, except in CI, where that is a failure.
+ */
+import { spawnSync } from "node:child_process"
+import { existsSync, readdirSync } from "node:fs"
+import path from "node:path"
+import { fileURLToPath } from "node:url"
+import { describe, expect, it } from "vitest"
+
+const root = fileURLToPath(new URL("../..", import.meta.url))
+const icd = "/usr/share/vulkan/icd.d"
+const lavapipe = existsSync(icd) && readdirSync(icd).some((f) => f.startsWith("lvp_icd"))
+
+describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a real WebGPU device", () => {
+  it("gives the tensor decoder's logits and draws: prompts, decoding, both together, new weights, GQA, q/k norms, biases, RoPE scaling; the engine runs it by default", () => {
+    const run = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "test/policy/fixtures/webgpu-decode.ts")], {
+      encoding: "utf8",
+      env: { ...process.env, REINS_BACKEND: "webgpu", XDG_RUNTIME_DIR: process.env["XDG_RUNTIME_DIR"] ?? "/tmp" },
+      timeout: 240_000
+    })
+    const output = `${run.stdout}\n${run.stderr}`
+    expect(run.status, output).toBe(0)
+    expect(output).toMatch(/^done$/m)
+    const lines = run.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
+    const results = lines.filter((l) => "model" in l) as Array<{ model: string; steps: number; worst: number; compared: number; largest: number; draws: Array<{ same: boolean; dLogprob: number }> }>
+    expect(results.map((r) => r.model)).toEqual(["qwen3", "qwen2"])
+    for (const r of results) {
+      expect(r.compared, r.model).toBeGreaterThan(5_000)
+      expect(r.largest, r.model).toBeGreaterThan(0.1) // real logits, not zeros
+      expect(r.worst, r.model).toBeLessThan(1e-4)
+      expect(r.draws, r.model).toHaveLength(5)
+      for (const d of r.draws) {
+        expect(d.same, r.model).toBe(true)
+        expect(d.dLogprob, r.model).toBeLessThan(1e-4)
+      }
+    }
+    // the engine: on WebGPU it runs this decoder by default, and generates what it does on the tensor decoder
+    const engine = lines.find((l) => "engine" in l) as { engine: string; webgpu: Array<{ ids: Array<number>; logprobs: Array<number> }>; tensor: Array<{ ids: Array<number>; logprobs: Array<number> }> }
+    expect(engine.engine).toBe("webgpu")
+    expect(engine.webgpu).toHaveLength(6)
+    engine.webgpu.forEach((g, i) => {
+      const t = engine.tensor[i]!
+      expect(g.ids, `generation ${i}`).toHaveLength(12)
+      expect(g.ids, `generation ${i}`).toEqual(t.ids)
+      g.logprobs.forEach((lp, j) => expect(Math.abs(lp - t.logprobs[j]!), `generation ${i}, token ${j}`).toBeLessThan(1e-4))
+    })
+    // new weights changed what was generated
+    expect(engine.webgpu.slice(3).map((g) => g.ids)).not.toEqual(engine.webgpu.slice(0, 3).map((g) => g.ids))
+  }, 300_000)
+})
