@@ -11,9 +11,12 @@
  *
  * Goals (the issue's): ≥ 30% of the matmul bound in training and batched decoding, ≥ 30% of the
  * bandwidth bound decoding one sequence. Prefill is reported without a goal.
+ *
+ * On WebGPU the engine rows run on its default decoder there (model/webgpuDecode.ts's shaders),
+ * and again on the tensor decoder (tfjs ops, what the H200 runs of 2026-12-04 measured) as the
+ * baseline of the same run, labelled "(tensor decoder, baseline)", without a goal.
  */
-import { decodeHfConfig, forwardFlops, initAdapters, makeEngine, type ModelConfig, Transformer, wasmMisfit } from "@reins/policy"
-import * as tf from "@tensorflow/tfjs"
+import { type DecoderKind, decodeHfConfig, forwardFlops, initAdapters, makeEngine, type ModelConfig, Transformer, wasmMisfit } from "@reins/policy"
 import { Effect, Exit, Scope } from "effect"
 import { archById, benchHfConfig } from "../policy/archs.js"
 import { bandwidthBound as decodeBound, benchWeights, fullTrainFlops, LORA, loraTrainFlops, prefillFlops } from "../policy/costs.js"
@@ -71,17 +74,20 @@ const logged = (label: string, m: Measured): Measured => {
 }
 
 const ENGINE_ROWS = ["prefill", "decode ×1", ...BATCHES.map((n) => `decode ×${n}`)]
+const BASELINE = " (tensor decoder, baseline)"
 
 /**
- * Prefill and decoding through the engine, by row label (best of `reps` runs after a warm-up
- * run). If the engine cannot even start on this backend, every engine row carries that error.
+ * Prefill and decoding through the engine on `decoder`, by row label plus `suffix` (best of
+ * `reps` runs after a warm-up run). If the engine cannot even start on this backend, every engine
+ * row carries that error.
  */
-const measureEngine = async (model: Transformer, s: Settings): Promise<Map<string, Measured>> => {
+const measureEngine = async (model: Transformer, s: Settings, decoder: DecoderKind, suffix = ""): Promise<Map<string, Measured>> => {
   const vocab = model.config.vocabSize
   const out = new Map<string, Measured>()
+  const set = (label: string, m: Measured) => out.set(label + suffix, logged(label + suffix, m))
   const scope = Effect.runSync(Scope.make())
   try {
-    const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, stopIds: [], maxBatch: Math.max(...BATCHES), decoder: checkDecoder(tf.getBackend()) }), scope))
+    const engine = await Effect.runPromise(Scope.extend(makeEngine({ model, stopIds: [], maxBatch: Math.max(...BATCHES), decoder }), scope))
     const best = (n: number, prompt: number, newTokens: number, rate: (r: EngineRun) => number) =>
       attempt(async () => {
         let fastest = -Infinity
@@ -94,12 +100,12 @@ const measureEngine = async (model: Transformer, s: Settings): Promise<Map<strin
         }
         return fastest
       })
-    out.set("prefill", logged("prefill", await best(1, s.prefill, 1, (r) => s.prefill / r.firstTokenS)))
-    out.set("decode ×1", logged("decode ×1", await best(1, s.prompt, s.decode1, (r) => r.decodeTokPerS)))
-    for (const n of BATCHES) out.set(`decode ×${n}`, logged(`decode ×${n}`, await best(n, s.prompt, s.decodeMany, (r) => r.decodeTokPerS)))
+    set("prefill", await best(1, s.prefill, 1, (r) => s.prefill / r.firstTokenS))
+    set("decode ×1", await best(1, s.prompt, s.decode1, (r) => r.decodeTokPerS))
+    for (const n of BATCHES) set(`decode ×${n}`, await best(n, s.prompt, s.decodeMany, (r) => r.decodeTokPerS))
   } catch (e) {
     const error = `the engine did not start: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`
-    for (const label of ENGINE_ROWS) out.set(label, { value: null, error })
+    for (const label of ENGINE_ROWS) out.set(label + suffix, { value: null, error })
   } finally {
     await Effect.runPromise(Scope.close(scope, Exit.void))
   }
@@ -126,15 +132,19 @@ export const measureSpeed = async (options: {
     { label: "full train", boundOf: "matmul", bound: flops / (fullTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL },
     { label: "LoRA train", boundOf: "matmul", bound: flops / (loraTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL }
   ]
+  const decoder = checkDecoder(options.backend)
+  // the tensor decoder's engine rows beside the WebGPU decoder's, same bounds, no goal
+  const baseline = decoder === "webgpu" ? specs.filter((x) => ENGINE_ROWS.includes(x.label)).map((x) => ({ ...x, label: x.label + BASELINE, goal: null })) : []
   const rows = (measured: (label: string) => Measured): Array<SpeedRow> =>
-    specs.map((spec) => {
+    [...specs, ...baseline].map((spec) => {
       const m = measured(spec.label)
       return { ...spec, unit: "tok/s", measured: m.value, fraction: m.value === null ? null : m.value / spec.bound, ...(m.error === undefined ? {} : { error: m.error }) }
     })
   if (misfit !== null) return { misfit, rows: rows(() => ({ value: null, error: misfit })) }
   const model = Transformer.fromWeights(c, benchWeights(c, 0))
   try {
-    const measured = await measureEngine(model, s)
+    const measured = await measureEngine(model, s, decoder)
+    if (baseline.length > 0) for (const [label, m] of await measureEngine(model, s, "tensor", BASELINE)) measured.set(label, m)
     const train = { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-5, microBatchTokens: options.microBatchTokens }
     measured.set("full train", logged("full train", await attempt(async () => tokens / (await measureTrain(model, train)).seconds)))
     model.attachLora(LORA, initAdapters(c, LORA, 0))
