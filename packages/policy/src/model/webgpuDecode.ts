@@ -94,6 +94,17 @@ interface Dispatch {
   readonly size: (rows: number, last: number, draws: number) => readonly [number, number]
 }
 
+/** A step's working buffers for up to `rows` tokens and `last` chunks, and the dispatches over them. */
+interface Scratch {
+  readonly rows: number
+  readonly last: number
+  readonly buffers: ReadonlyArray<GPUBuffer>
+  readonly info: GPUBuffer
+  readonly logits: GPUBuffer
+  readonly draws: GPUBuffer
+  readonly plan: ReadonlyArray<Dispatch>
+}
+
 export class WebGpuDecoder {
   readonly config: ModelConfig
   private readonly device: GPUDevice
@@ -104,8 +115,8 @@ export class WebGpuDecoder {
   private readonly rope: GPUBuffer
   private readonly zeros: GPUBuffer
   private readonly pipelines: Readonly<Record<"embed" | "norm" | "lastNorm" | "qkv" | "qkvPost" | "attention" | "o" | "gateUp" | "swiglu" | "down" | "head" | "sample", GPUComputePipeline>>
-  /** Scratch for steps of up to `rows` tokens and `last` chunks, and the dispatches over it. */
-  private scratch: { readonly rows: number; readonly last: number; readonly buffers: ReadonlyArray<GPUBuffer>; readonly info: GPUBuffer; readonly logits: GPUBuffer; readonly draws: GPUBuffer; readonly plan: ReadonlyArray<Dispatch> } | undefined
+  /** The scratch of the largest step so far (grown in powers of two). */
+  private scratch: Scratch | undefined
   /** Resolves once the shaders compiled; rejects with the device's message if one did not. */
   private readonly compiled: Promise<void>
 
@@ -182,8 +193,15 @@ export class WebGpuDecoder {
     const P = chunks.length
     if (M === 0) return Promise.resolve([])
     const device = this.device
+    // one scope over the step's commands (and any scratch it grows): an invalid one is an error, not zeros
     device.pushErrorScope("validation")
-    const scratch = this.scratchFor(M, P)
+    let scratch: Scratch
+    try {
+      scratch = this.scratchFor(M, P)
+    } catch (e) {
+      void device.popErrorScope()
+      throw e
+    }
     const drawn = chunks.flatMap((_, i) => (picks[i] !== undefined ? [i] : []))
     const whole = chunks.flatMap((_, i) => (picks[i] === undefined ? [i] : []))
     const last = K.META_ROWS + 4 * scratch.rows
@@ -246,7 +264,7 @@ export class WebGpuDecoder {
   }
 
   /** Scratch for a step of `rows` tokens and `last` chunks, grown (in powers of two) as needed. */
-  private scratchFor(rows: number, last: number) {
+  private scratchFor(rows: number, last: number): Scratch {
     const s = this.scratch
     if (s !== undefined && s.rows >= rows && s.last >= last) return s
     const grown = (need: number, have = 0) => Math.max(have, 2 ** Math.ceil(Math.log2(need)))
@@ -261,7 +279,7 @@ export class WebGpuDecoder {
     void this.device.queue.onSubmittedWorkDone().then(() => s.buffers.forEach((b) => b.destroy()))
   }
 
-  private makeScratch(rows: number, last: number) {
+  private makeScratch(rows: number, last: number): Scratch {
     this.freeScratch()
     const c = this.config
     const d = c.dModel
