@@ -44,6 +44,7 @@ export {
 export { Sampler, logSoftmax, topIndices, type SamplerSettings, type Sampled } from "./engine/sampler.js"
 export { StopMatcher } from "./engine/stops.js"
 export { FastEngineDecoder, DeviceEngineDecoder, type Decoder, type DecoderCache, type WeightSource } from "./engine/decoder.js"
-export { Scheduler, EngineError, type Sink, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"
+export { Scheduler, EngineError, type SequenceState, type SchedulerOptions, type SchedulerStats } from "./engine/scheduler.js"
+export type { Sink } from "./engine/sequence.js"
 export { makeEngine, Engine, generateAll, collectChunks, defaultDecoder, type DecoderKind, type EngineOptions, type EngineStats, type GenerationEngine, type Generation } from "./engine/engine.js"
 export * from "./device/index.js"

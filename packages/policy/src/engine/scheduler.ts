@@ -18,12 +18,13 @@
  * carries the new version — the caller sees one uninterrupted stream. `drain()` stops admitting
  * and reports when no sequence is live.
  */
-import { GenerateChunk, type FinishReason, type SamplingParams } from "@reins/protocol"
+import type { FinishReason, SamplingParams } from "@reins/protocol"
 import { Data } from "effect"
 import { randomSeed, Rng } from "../random.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import type { Decoder, DecoderCache, Pick, StepRows, WeightSource } from "./decoder.js"
 import { type Sampled, Sampler } from "./sampler.js"
+import { allTokens, emptyChunk, flush, newSequence, record, type Sequence, type Sink } from "./sequence.js"
 import { StopMatcher } from "./stops.js"
 
 /** A request the engine cannot run (bad prompt, duplicate id, ...) or a failed forward pass. */
@@ -32,12 +33,6 @@ export class EngineError extends Data.TaggedError("EngineError")<{
   readonly message: string
   readonly cause?: unknown
 }> {}
-
-export interface Sink {
-  /** A chunk of output; the last one has a `finishReason`. */
-  chunk(c: GenerateChunk): void
-  fail(e: EngineError): void
-}
 
 /** A live sequence's state, as handed back by `interrupt()`. */
 export interface SequenceState {
@@ -63,36 +58,6 @@ export interface SchedulerOptions<C extends DecoderCache> {
    * saves waking every consumer at every step when many sequences run.
    */
   readonly coalesceMs?: number
-}
-
-interface Sequence<C> {
-  readonly id: string
-  readonly prompt: Int32Array
-  readonly params: SamplingParams
-  readonly sink: Sink
-  readonly rng: Rng
-  readonly stops: StopMatcher
-  /** Tokens the sequence may still produce: min(max_tokens, context − prompt). */
-  readonly budget: number
-  /**
-   * The first `count` entries: sampled ids, their logprobs and versions (and alternatives). A
-   * chunk gets its own copy of its range (chunks cross threads and the wire, where a view would
-   * drag the whole buffer along).
-   */
-  count: number
-  readonly outIds: Int32Array
-  readonly outLogprobs: Float32Array
-  readonly outVersions: Int32Array
-  /** [budget × topLogprobs] alternatives, when asked for. */
-  readonly outTopIds: Int32Array
-  readonly outTopLogprobs: Float32Array
-  /** Tokens before this index have been emitted; when the last chunk went out. */
-  emitted: number
-  lastEmit: number
-  cache: C | undefined
-  cacheVersion: number
-  /** Tokens to run through the model before the next sample. */
-  pending: Int32Array
 }
 
 /** Live sequences at most, unless the options say otherwise. */
@@ -188,26 +153,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       throw fail(e instanceof Error ? e.message : String(e))
     }
     const budget = Math.min(params.maxTokens, limit - promptIds.length)
-    this.waiting.push({
-      id: requestId,
-      prompt: promptIds,
-      params,
-      sink,
-      rng: new Rng(params.seed ?? randomSeed()),
-      stops,
-      budget,
-      count: 0,
-      outIds: new Int32Array(budget),
-      outLogprobs: new Float32Array(budget),
-      outVersions: new Int32Array(budget),
-      outTopIds: new Int32Array(budget * params.topLogprobs),
-      outTopLogprobs: new Float32Array(budget * params.topLogprobs),
-      emitted: 0,
-      lastEmit: 0,
-      cache: undefined,
-      cacheVersion: -1,
-      pending: promptIds
-    })
+    this.waiting.push(newSequence({ id: requestId, prompt: promptIds, params, sink, rng: new Rng(params.seed ?? randomSeed()), stops, budget }))
   }
 
   /** Ends a request at once and frees its slot (a final "cancelled" chunk is emitted). */
@@ -226,7 +172,7 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
   /** Holds every live sequence at the current token boundary; returns their state. */
   interrupt(): ReadonlyArray<SequenceState> {
     this.interrupted = true
-    for (const seq of this.running) this.flush(seq)
+    for (const seq of this.running) flush(seq)
     this.held = [...this.held, ...this.running]
     this.running = []
     return this.held.map((s) => ({
@@ -364,33 +310,20 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
       return false
     }
     seq.cacheVersion = this.decoder.version
-    const all = new Int32Array(seq.prompt.length + seq.count)
-    all.set(seq.prompt)
-    all.set(seq.outIds.subarray(0, seq.count), seq.prompt.length)
-    seq.pending = all
+    seq.pending = allTokens(seq)
     return true
   }
 
   /** Emits the next token of `seq`, and retires the sequence if it is done. */
   private emit(seq: Sequence<C>, s: Sampled): void {
-    const p = seq.params
-    const version = this.decoder.version
-    const n = seq.count++
-    seq.outIds[n] = s.id
-    seq.outLogprobs[n] = s.logprob
-    seq.outVersions[n] = version
-    const k = p.topLogprobs
-    if (k > 0) {
-      seq.outTopIds.set(s.topIds!, n * k)
-      seq.outTopLogprobs.set(s.topLogprobs!, n * k)
-    }
+    record(seq, s, this.decoder.version)
     this.generatedTokens++
     const stop = seq.stops.push(s.id)
     const finish: FinishReason | undefined = stop !== undefined ? "stop" : seq.count >= seq.budget ? "length" : undefined
     const now = this.coalesceMs > 0 ? performance.now() : 0
     if (finish !== undefined || this.coalesceMs === 0 || now - seq.lastEmit >= this.coalesceMs) {
       seq.lastEmit = now
-      this.flush(seq, {
+      flush(seq, {
         ...(finish !== undefined ? { finishReason: finish } : {}),
         ...(stop?.kind === "string" ? { matchedStop: stop.stop } : {})
       })
@@ -401,27 +334,6 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     } else {
       seq.pending = Int32Array.of(s.id)
     }
-  }
-
-  /** Emits the tokens a sequence has not emitted yet, as one chunk. */
-  private flush(seq: Sequence<C>, end: { readonly finishReason?: FinishReason; readonly matchedStop?: string } = {}): void {
-    const from = seq.emitted
-    const to = seq.count
-    if (to === from && end.finishReason === undefined) return
-    const k = seq.params.topLogprobs
-    seq.emitted = to
-    seq.sink.chunk(
-      new GenerateChunk(
-        {
-          outputIds: seq.outIds.slice(from, to),
-          logprobs: seq.outLogprobs.slice(from, to),
-          versions: seq.outVersions.slice(from, to),
-          ...(k > 0 ? { topIds: seq.outTopIds.slice(from * k, to * k), topLogprobs: seq.outTopLogprobs.slice(from * k, to * k) } : {}),
-          ...end
-        },
-        true // built from values checked here; skip per-token schema validation
-      )
-    )
   }
 
   private abort(seq: Sequence<C>, error: EngineError): void {
@@ -435,6 +347,3 @@ export class Scheduler<C extends DecoderCache = DecoderCache> {
     seq.cache = undefined
   }
 }
-
-const emptyChunk = (finishReason: FinishReason): GenerateChunk =>
-  new GenerateChunk({ outputIds: new Int32Array(0), logprobs: new Float32Array(0), versions: new Int32Array(0), finishReason }, true)
