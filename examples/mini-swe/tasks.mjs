@@ -4,6 +4,7 @@
  *
  *   node examples/mini-swe/tasks.mjs --split train --n 1000 --seed 1 > examples/mini-swe/tasks/train.jsonl
  *   node examples/mini-swe/tasks.mjs --split test  --n 100  --seed 2 > examples/mini-swe/tasks/test.jsonl
+ *   node examples/mini-swe/tasks.mjs --split train --n 1000 --seed 71 --pool wide > examples/mini-swe/tasks/train-wide.jsonl
  *
  * A task is a template (a function of 3-7 lines: a loop sum, a counter, a formula, a helper
  * call, a max/min scan, a clamp) with one bug from a family (off_by_one, wrong_cmp, wrong_arith,

@@ -82,14 +82,18 @@ const test = readJsonl<TaskLine>(join(DIR, "tasks/test.jsonl"))
 
 describe("mini-swe task generator", () => {
   it("is deterministic in its seed and reproduces the shipped files", SLOW, async () => {
-    const gen = (split: string, n: number, seed: number) => runNode([join(DIR, "tasks.mjs"), "--split", split, "--n", String(n), "--seed", String(seed)])
-    const [a, b, c, shippedTrain, shippedTest] = await Promise.all([gen("train", 40, 5), gen("train", 40, 5), gen("train", 40, 6), gen("train", 1000, 1), gen("test", 100, 2)])
+    const gen = (split: string, n: number, seed: number, ...more: Array<string>) => runNode([join(DIR, "tasks.mjs"), "--split", split, "--n", String(n), "--seed", String(seed), ...more])
+    const [a, b, c, shippedTrain, shippedTest, shippedWide] = await Promise.all([
+      gen("train", 40, 5), gen("train", 40, 5), gen("train", 40, 6), gen("train", 1000, 1), gen("test", 100, 2), gen("train", 1000, 71, "--pool", "wide")
+    ])
     expect(a.code).toBe(0)
     expect(a.stdout.trim().split("\n")).toHaveLength(40)
     expect(b.stdout).toBe(a.stdout)
     expect(c.stdout).not.toBe(a.stdout)
     expect(shippedTrain.stdout).toBe(readFileSync(join(DIR, "tasks/train.jsonl"), "utf8"))
     expect(shippedTest.stdout).toBe(readFileSync(join(DIR, "tasks/test.jsonl"), "utf8"))
+    // the RL run's tasks (reins.config.json)
+    expect(shippedWide.stdout).toBe(readFileSync(join(DIR, "tasks/train-wide.jsonl"), "utf8"))
     const bad = await runNode([join(DIR, "tasks.mjs"), "--split", "dev"])
     expect(bad.code).toBe(2)
     expect(bad.stderr).toContain("split must be train or test")
