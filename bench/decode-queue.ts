@@ -2,17 +2,18 @@
  * `npm run bench -- decode-queue [--quick] [--layers N] [--steps N]`: the CPU's cost of queuing
  * one decoding step on WebGPU, for Qwen3-0.6B's shapes (but a 32k vocabulary), through Dawn on
  * whatever Vulkan device there is (`REINS_BACKEND=webgpu`; on a machine without a GPU, Mesa's
- * lavapipe, which runs the shaders on the CPU). On an H200 this cost was the decoding speed of the
- * tensor decoder (tfjs ops, 47–85 µs each to queue, ~860 per step: bench/gpu), so it is what a
- * decoder has to remove before the device's arithmetic matters. Baseline: the tensor decoder
- * (model/tensorDecode.ts); against it the WebGPU decoder (model/webgpuDecode.ts), in the same
- * run, at 1, 16 and 64 sequences.
+ * lavapipe, which runs the shaders on the CPU). On an H200 this cost was the decoding speed of a
+ * decoder made of tfjs ops (47–85 µs each to queue, ~860 per step: bench/gpu), so it is what a
+ * decoder has to remove before the device's arithmetic matters. Baseline: the reference decoder
+ * of plain tfjs ops (test/policy/reference/tensorDecoder.ts); against it the WebGPU decoder
+ * (model/webgpuDecode.ts), in the same run, at 1, 16 and 64 sequences.
  *
  * The vocabulary is 32k because lavapipe binds at most 128 MiB per buffer (Qwen3's 152k-row
  * embedding is 594 MiB); Dawn's Null backend, which runs nothing, caps its memory far below
  * these shapes. A whole step on lavapipe is the CPU computing the model: no GPU's speed.
  */
-import { decodeHfConfig, initBackend, type Pick, TensorDecoder, type TensorKvCache, Transformer, WebGpuDecoder } from "@reins/policy"
+import { decodeHfConfig, initBackend, type Pick, type TensorKvCache, Transformer, WebGpuDecoder } from "@reins/policy"
+import { TensorDecoder } from "../test/policy/reference/tensorDecoder.js"
 import { archById, benchHfConfig } from "./policy/archs.js"
 import { median } from "./policy/measure.js"
 import { writeReport } from "./report.js"
@@ -66,7 +67,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   // room for 64 caches of 64 tokens
   const options = { kvBytes: layers * 2 * 64 * 64 * config.kvDim * 4, maxSequences: 64 }
   const results: Record<string, Array<{ readonly queue: number; readonly step: number }>> = {}
-  for (const [name, make] of [["tensor", () => new TensorDecoder(model, 0, options)], ["webgpu", () => new WebGpuDecoder(model, 0, options)]] as const) {
+  for (const [name, make] of [["tfjs-ops", () => new TensorDecoder(model, 0, options)], ["webgpu", () => new WebGpuDecoder(model, 0, options)]] as const) {
     const decoder: Decoder = make()
     try {
       results[name] = []
@@ -80,23 +81,24 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
     }
   }
   model.dispose()
-  const tensor = results["tensor"]!
+  const tfjsOps = results["tfjs-ops"]!
   const webgpu = results["webgpu"]!
   writeReport({
     name: quick ? "decode-queue-quick" : "decode-queue",
-    json: { arch: arch.title, layers, vocab: VOCAB, steps, batches, device, tensor, webgpu },
+    json: { arch: arch.title, layers, vocab: VOCAB, steps, batches, device, tfjsOps, webgpu },
     table: {
-      columns: ["sequences", "tensor decoder (baseline): queue, ms", "WebGPU decoder: queue, ms", "baseline / WebGPU", "tensor: whole step, ms", "WebGPU: whole step, ms"],
-      rows: batches.map((b, i) => [b, tensor[i]!.queue.toFixed(2), webgpu[i]!.queue.toFixed(2), (tensor[i]!.queue / webgpu[i]!.queue).toFixed(1), tensor[i]!.step.toFixed(1), webgpu[i]!.step.toFixed(1)])
+      columns: ["sequences", "tfjs-ops decoder (baseline): queue, ms", "WebGPU decoder: queue, ms", "baseline / WebGPU", "tfjs-ops: whole step, ms", "WebGPU: whole step, ms"],
+      rows: batches.map((b, i) => [b, tfjsOps[i]!.queue.toFixed(2), webgpu[i]!.queue.toFixed(2), (tfjsOps[i]!.queue / webgpu[i]!.queue).toFixed(1), tfjsOps[i]!.step.toFixed(1), webgpu[i]!.step.toFixed(1)])
     },
     chart: {
       title: `CPU time to queue one decoding step, ${arch.title} shapes (${layers} layers, vocabulary ${VOCAB})`,
       unit: "ms",
-      groups: batches.map((b, i) => ({ label: `×${b}`, bars: [{ series: "tensor (baseline)", value: tensor[i]!.queue }, { series: "webgpu", value: webgpu[i]!.queue }] }))
+      groups: batches.map((b, i) => ({ label: `×${b}`, bars: [{ series: "tfjs ops (baseline)", value: tfjsOps[i]!.queue }, { series: "webgpu", value: webgpu[i]!.queue }] }))
     },
     notes: [
       `Device: ${device}. Median of ${steps} decoding steps (one token per sequence, tokens drawn on the device) after 2 unmeasured ones, each after an 8-token prompt per sequence.`,
-      "Queue: the time forward() takes to record and submit the step's commands and return; whole step: until its tokens are read back. On a CPU's Vulkan (lavapipe) the whole step is the CPU computing the model: no speed of any GPU."
+      "Queue: the time forward() takes to record and submit the step's commands and return; whole step: until its tokens are read back. On a CPU's Vulkan (lavapipe) the whole step is the CPU computing the model: no speed of any GPU.",
+      "Baseline: the reference device decoder of plain tfjs ops (test/policy/reference/tensorDecoder.ts). Results before 2026-12-05 had the production tensor decoder of then as their baseline, which fused RMSNorm, RoPE, SwiGLU and the KV row writes into one shader each on WebGPU and so queued fewer ops."
     ]
   })
 }

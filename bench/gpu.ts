@@ -21,7 +21,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { type BandwidthBound, bandwidthBound, type DispatchCost, dispatchCost, type MatmulBound, matmulBound, warmUp } from "./gpu/bounds.js"
-import { checkDecoder, type Comparison, compare, compute, referenceInChild, REFERENCE_ENV, runReference, TOLERANCE, writeTinyCheckpoint } from "./gpu/correctness.js"
+import { type Comparison, compare, compute, referenceInChild, REFERENCE_ENV, runReference, TOLERANCE, writeTinyCheckpoint } from "./gpu/correctness.js"
 import { GOAL, measureSpeed, SETTINGS, speedConfig, type SpeedRow } from "./gpu/speed.js"
 import { resultsDir, writeReport } from "./report.js"
 
@@ -56,7 +56,9 @@ const adapterInfo = (): Record<string, unknown> | null => {
   return info === undefined ? null : { ...info }
 }
 
-type Correctness = ({ readonly reference: string; readonly loss: number; readonly referenceLoss: number } & Comparison) | { readonly reference: string; readonly error: string }
+type Correctness =
+  | ({ readonly reference: string; readonly loss: number; readonly referenceLoss: number; readonly decoders: { readonly test: string; readonly reference: string } } & Comparison)
+  | { readonly reference: string; readonly error: string }
 
 const checkCorrectness = async (backend: string, reference: BackendName): Promise<Correctness> => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "reins-gpu-check-"))
@@ -64,7 +66,7 @@ const checkCorrectness = async (backend: string, reference: BackendName): Promis
     await Effect.runPromise(writeTinyCheckpoint(dir))
     const test = await compute(dir, backend)
     const ref = referenceInChild(dir, reference)
-    return { reference, loss: test.loss, referenceLoss: ref.loss, ...compare(test, ref) }
+    return { reference, loss: test.loss, referenceLoss: ref.loss, decoders: { test: test.decoder, reference: ref.decoder }, ...compare(test, ref) }
   } catch (e) {
     return { reference, error: message(e) }
   } finally {
@@ -139,7 +141,7 @@ const report = (r: {
   ])
   const notes = [
     `Backend under test: ${r.backend}; reference: ${r.reference} (in a child process: tfjs backends are per process). Adapter: ${JSON.stringify(adapterInfo())}.`,
-    `Correctness: a tiny Qwen3ForCausalLM (hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 32, q/k norms, tied head, vocab 320), random weights, written in the Hugging Face layout and loaded by the production loader on each backend; 4 sequences × 48 tokens scored, the whole next-token distribution after each, one AdamW step (lr 1e-3) of SFT on them, and 16 greedy tokens after 12 of each generated together through the engine (decode path: ${checkDecoder(r.backend)} under test, ${checkDecoder(r.reference)} on the reference).`,
+    `Correctness: a tiny Qwen3ForCausalLM (hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 32, q/k norms, tied head, vocab 320), random weights, written in the Hugging Face layout and loaded by the production loader on each backend; 4 sequences × 48 tokens scored, the whole next-token distribution after each, one AdamW step (lr 1e-3) of SFT on them, and 16 greedy tokens after 12 of each generated together through the engine (decode path: ${"error" in r.correctness ? "—" : `${r.correctness.decoders.test} under test, ${r.correctness.decoders.reference} on the reference`}).`,
     `Speed: ${r.title}, ${(parameterCount(r.config) / 1e6).toFixed(0)}M parameters, random weights in F32, context ${r.s.context}; prompts of ${r.s.prompt} tokens, ${r.s.decode1} (1 sequence) and ${r.s.decodeMany} (batched) sampled tokens, best of ${r.s.reps} after a warm-up; training ${r.s.trainRows} × ${r.s.trainSeq} tokens per step in micro-batches of ≤ ${r.microBatchTokens} tokens, median of ${r.s.trainSteps} step(s) after a warm-up.${r.speed.misfit === null ? "" : ` Not run: ${r.speed.misfit}.`}${r.speed.error === undefined ? "" : ` Not run: ${r.speed.error}.`}`,
     "error" in r.matmul ? `Matmul bound not measured: ${r.matmul.error}.` : `Matmul bound: fp32 tf.matMul ${r.matmul.gflops.toFixed(1)} GFLOP/s, the best of ${r.matmul.sizes.map((x) => `${x.n}³ ${x.gflops.toFixed(1)}`).join(", ")}${(r.backend === "webgpu" || r.backend === "tensorflow") && !r.quick ? " (measured after 5 s of large products, so the GPU's clocks are up)" : ""}.`,
     "error" in r.bandwidth ? `Bandwidth bound not measured: ${r.bandwidth.error}.` : `Bandwidth bound: ${r.bandwidth.gbps.toFixed(1)} GB/s, the best of tf.add ${r.bandwidth.probes.add.toFixed(1)}, tf.sum ${r.bandwidth.probes.sum.toFixed(1)}${r.bandwidth.probes.copy === undefined ? "" : ` and a WebGPU buffer copy ${r.bandwidth.probes.copy.toFixed(1)}`} over ${r.bandwidth.mib} MiB.`,

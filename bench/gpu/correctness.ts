@@ -8,13 +8,16 @@
  * AdamW step of SFT on them. tfjs backends are per process, so the reference runs in a child
  * process (the same command line, told by REINS_GPU_CHECK_REFERENCE what to do). Each also
  * generates greedily through the engine, with its backend's decode path (webgpuDecode.ts's
- * shaders on WebGPU, tfjs ops on another GPU backend, fastDecode.ts on the wasm reference): the same tokens, with the same
- * log-probabilities.
+ * shaders on WebGPU, fastDecode.ts elsewhere; see `checkDecoder`): the same tokens, with the
+ * same log-probabilities.
  */
 import {
   AdamW,
   ChatTemplate,
+  type DecoderKind,
   decodeHfConfig,
+  defaultDecoder,
+  type DeviceDecoderFactory,
   GenerationConfig,
   generateAll,
   loadModel,
@@ -36,6 +39,7 @@ import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
 import { readFileSync, writeFileSync } from "node:fs"
 import path from "node:path"
+import { TensorDecoder } from "../../test/policy/reference/tensorDecoder.js"
 
 /** Tolerances of the check: the issue's 1e-3 on log-probabilities; the loss alike; updates within 1%. */
 export const TOLERANCE = { logprob: 1e-3, loss: 1e-3, update: 1e-2 }
@@ -105,17 +109,42 @@ export interface Computed {
   readonly updates: Readonly<Record<string, ReadonlyArray<number>>>
   /** Greedy continuations of 4 prompts through the engine (batched), or why there are none. */
   readonly generated: { readonly ids: ReadonlyArray<ReadonlyArray<number>>; readonly logprobs: ReadonlyArray<ReadonlyArray<number>> } | { readonly error: string }
+  /** The decode path it was generated on (`checkDecoder`). */
+  readonly decoder: string
 }
 
-/** The decode path the check runs on a backend: the engine's default on WebGPU (its own shaders), tfjs ops on other GPUs, the CPU's on wasm. */
-export const checkDecoder = (backend: string) => (backend === "wasm" ? "fast" : backend === "webgpu" ? "webgpu" : "tensor")
+/** Whether this process can read a tensor synchronously (WebGPU in Node cannot). */
+const readsSync = (): boolean => {
+  const t = tf.scalar(0)
+  try {
+    t.dataSync()
+    return true
+  } catch {
+    return false
+  } finally {
+    t.dispose()
+  }
+}
+
+/**
+ * The decode path the check generates on: the engine's default on the current backend (WebGPU's
+ * shaders, or fastDecode.ts, which reads synchronously, on wasm through views of the heap);
+ * where neither can run — the cpu backend with its synchronous reads forbidden, as the tests
+ * stand in for WebGPU — the reference device decoder of tfjs ops
+ * (test/policy/reference/tensorDecoder.ts), read asynchronously.
+ */
+export const checkDecoder = (): { readonly name: string; readonly decoder: DecoderKind | DeviceDecoderFactory } => {
+  const kind = defaultDecoder()
+  if (kind === "webgpu" || tf.getBackend() === "wasm" || readsSync()) return { name: kind, decoder: kind }
+  return { name: "reference (tfjs ops)", decoder: (model, version, options) => new TensorDecoder(model, version, options) }
+}
 
 /** 16 greedy tokens after each of 4 prompts (the first 12 tokens of each sequence), generated together. */
-const generate = (model: Transformer, seqs: ReturnType<typeof sequences>, backend: string): Promise<Computed["generated"]> =>
+const generate = (model: Transformer, seqs: ReturnType<typeof sequences>, decoder: DecoderKind | DeviceDecoderFactory): Promise<Computed["generated"]> =>
   Effect.runPromise(
     Effect.scoped(
       Effect.gen(function* () {
-        const engine = yield* makeEngine({ model, stopIds: [], maxBatch: seqs.length, decoder: checkDecoder(backend) })
+        const engine = yield* makeEngine({ model, stopIds: [], maxBatch: seqs.length, decoder })
         const params = new SamplingParams({ maxTokens: 16, temperature: 0, topP: 1, topK: 0, stop: [], topLogprobs: 0 })
         const outs = yield* Effect.forEach(
           seqs,
@@ -150,14 +179,15 @@ export const compute = async (dir: string, backend: string): Promise<Computed> =
     const seqs = sequences(model.config.vocabSize)
     const logprobs = (await scoreSequences(model, seqs, { maxTokens: 4096, maxSeqLen: 64 })).map((lp) => Array.from(lp.subarray(1)))
     const next = await nextDistributions(model, seqs)
-    const generated = await generate(model, seqs, backend)
+    const decoder = checkDecoder()
+    const generated = await generate(model, seqs, decoder.decoder)
     const before = await readTrainable(model)
     const optimizer = new AdamW(model.trainable, { lr: 1e-3, maxGradNorm: 1 })
     const stats = await trainStep(model, optimizer, packSequences(seqs, { maxTokens: 4096, maxSeqLen: 64 }), { kind: "sft" })
     optimizer.dispose()
     const after = await readTrainable(model)
     const updates = Object.fromEntries(Object.entries(after).map(([name, w]) => [name, Array.from(w, (x, i) => x - before[name]![i]!)]))
-    return { backend, logprobs, next, loss: stats.loss, updates, generated }
+    return { backend, logprobs, next, loss: stats.loss, updates, generated, decoder: decoder.name }
   } finally {
     model.dispose()
   }

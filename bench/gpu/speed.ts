@@ -12,16 +12,19 @@
  * Goals (the issue's): ≥ 30% of the matmul bound in training and batched decoding, ≥ 30% of the
  * bandwidth bound decoding one sequence. Prefill is reported without a goal.
  *
- * On WebGPU the engine rows run on its default decoder there (model/webgpuDecode.ts's shaders),
- * and again on the tensor decoder (tfjs ops, what the H200 runs of 2026-12-04 measured) as the
- * baseline of the same run, labelled "(tensor decoder, baseline)", without a goal.
+ * On WebGPU the engine rows run on its decoder there (model/webgpuDecode.ts's shaders), and again
+ * on the reference decoder of plain tfjs ops (test/policy/reference/tensorDecoder.ts; the H200
+ * runs of 2026-12-04 measured its production form of then, the tensor decoder, which fused its
+ * norms, RoPE and SwiGLU) as the baseline of the same run, labelled "(tfjs-ops decoder,
+ * baseline)", without a goal.
  */
-import { type DecoderKind, decodeHfConfig, forwardFlops, initAdapters, makeEngine, type ModelConfig, Transformer, wasmMisfit } from "@reins/policy"
+import { type DecoderKind, decodeHfConfig, type DeviceDecoderFactory, forwardFlops, initAdapters, makeEngine, type ModelConfig, Transformer, wasmMisfit } from "@reins/policy"
 import { Effect, Exit, Scope } from "effect"
 import { archById, benchHfConfig } from "../policy/archs.js"
 import { bandwidthBound as decodeBound, benchWeights, fullTrainFlops, LORA, loraTrainFlops, prefillFlops } from "../policy/costs.js"
 import { type EngineRun, engineRun, measureTrain } from "../policy/measure.js"
 import type { BandwidthBound, MatmulBound } from "./bounds.js"
+import { TensorDecoder } from "../../test/policy/reference/tensorDecoder.js"
 import { checkDecoder, tinyQwen3Config } from "./correctness.js"
 
 export const GOAL = 0.3
@@ -74,14 +77,14 @@ const logged = (label: string, m: Measured): Measured => {
 }
 
 const ENGINE_ROWS = ["prefill", "decode ×1", ...BATCHES.map((n) => `decode ×${n}`)]
-const BASELINE = " (tensor decoder, baseline)"
+const BASELINE = " (tfjs-ops decoder, baseline)"
 
 /**
  * Prefill and decoding through the engine on `decoder`, by row label plus `suffix` (best of
  * `reps` runs after a warm-up run). If the engine cannot even start on this backend, every engine
  * row carries that error.
  */
-const measureEngine = async (model: Transformer, s: Settings, decoder: DecoderKind, suffix = ""): Promise<Map<string, Measured>> => {
+const measureEngine = async (model: Transformer, s: Settings, decoder: DecoderKind | DeviceDecoderFactory, suffix = ""): Promise<Map<string, Measured>> => {
   const vocab = model.config.vocabSize
   const out = new Map<string, Measured>()
   const set = (label: string, m: Measured) => out.set(label + suffix, logged(label + suffix, m))
@@ -132,8 +135,8 @@ export const measureSpeed = async (options: {
     { label: "full train", boundOf: "matmul", bound: flops / (fullTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL },
     { label: "LoRA train", boundOf: "matmul", bound: flops / (loraTrainFlops(c, tokens, s.trainSeq) / tokens), goal: GOAL }
   ]
-  const decoder = checkDecoder(options.backend)
-  // the tensor decoder's engine rows beside the WebGPU decoder's, same bounds, no goal
+  const { decoder } = checkDecoder()
+  // the tfjs-ops decoder's engine rows beside the WebGPU decoder's, same bounds, no goal
   const baseline = decoder === "webgpu" ? specs.filter((x) => ENGINE_ROWS.includes(x.label)).map((x) => ({ ...x, label: x.label + BASELINE, goal: null })) : []
   const rows = (measured: (label: string) => Measured): Array<SpeedRow> =>
     [...specs, ...baseline].map((spec) => {
@@ -144,7 +147,8 @@ export const measureSpeed = async (options: {
   const model = Transformer.fromWeights(c, benchWeights(c, 0))
   try {
     const measured = await measureEngine(model, s, decoder)
-    if (baseline.length > 0) for (const [label, m] of await measureEngine(model, s, "tensor", BASELINE)) measured.set(label, m)
+    const reference: DeviceDecoderFactory = (m, version, o) => new TensorDecoder(m, version, o)
+    if (baseline.length > 0) for (const [label, m] of await measureEngine(model, s, reference, BASELINE)) measured.set(label, m)
     const train = { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-5, microBatchTokens: options.microBatchTokens }
     measured.set("full train", logged("full train", await attempt(async () => tokens / (await measureTrain(model, train)).seconds)))
     model.attachLora(LORA, initAdapters(c, LORA, 0))

@@ -6,8 +6,9 @@
  * tolerances, the matmul and bandwidth bounds measured, every speed row a rate over its bound.
  * Asking run.sh for its default backend, webgpu, fails in one line naming what is missing. And
  * a run like one on WebGPU in Node, which cannot read tensors synchronously (cpu with every
- * synchronous read made to throw): every part goes through, the engine on the GPU's decode path
- * (tfjs ops, one asynchronous read per step), generating what wasm's generates.
+ * synchronous read made to throw): every part goes through, the engine on the reference device
+ * decoder (tfjs ops, one asynchronous read per step, as WebGPU's decoder reads), generating what
+ * wasm's generates.
  */
 import { spawnSync } from "node:child_process"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs"
@@ -78,7 +79,7 @@ describe("the GPU check", () => {
     expect(webgpu.stderr).toMatch(/gpu check: backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter)/)
   }, 300_000)
 
-  it("on a backend that cannot read synchronously, as WebGPU in Node: every part runs, the engine on its tensor decode path", () => {
+  it("on a backend that cannot read synchronously, as WebGPU in Node: every part runs, the engine on the reference device decoder", () => {
     const out = path.join(dir, "no-sync")
     const run = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "bench/run.ts"), "gpu", "--backend", "cpu", "--reference", "wasm", "--arch", "tiny", "--quick", "--out", out], {
       env: { ...process.env, NODE_OPTIONS: `--conditions=reins-source --import ${path.join(root, "test/policy/fixtures/forbid-sync-reads.mjs")}` },
@@ -88,7 +89,8 @@ describe("the GPU check", () => {
     expect(run.status, run.stderr).toBe(0)
     const result = JSON.parse(readFileSync(path.join(out, "gpu-quick.json"), "utf8"))
     expect(result).toMatchObject({ backend: "cpu", reference: "wasm", correctness: { met: true } })
-    // the engine ran the GPU's decode path (tfjs ops, read asynchronously) and generated what wasm's did
+    // the engine ran on the reference device decoder (tfjs ops, read asynchronously), wasm's on its own, and generated what wasm's did
+    expect(result.correctness.decoders).toEqual({ test: "reference (tfjs ops)", reference: "fast" })
     expect(result.correctness.generation).toMatchObject({ sameTokens: true })
     expect(result.correctness.generation.logprobMaxAbsDiff).toBeLessThanOrEqual(result.tolerance.logprob)
     for (const r of result.speed.rows as Array<Row & { error?: string }>) {

@@ -11,6 +11,7 @@ import { describe, expect, it } from "@effect/vitest"
 import {
   AdamW,
   type DecoderKind,
+  type DeviceDecoderFactory,
   DecodeWeights,
   FastDecoder,
   EngineError,
@@ -26,6 +27,7 @@ import * as tf from "@tensorflow/tfjs"
 import { Chunk, Deferred, Effect, Exit, Fiber, Stream } from "effect"
 import { beforeAll } from "vitest"
 import { backend, logSoftmaxAt, referenceLogits, tinyConfig, tinyTokenizer } from "./model-fixtures.js"
+import { TensorDecoder } from "./reference/tensorDecoder.js"
 
 beforeAll(() => backend())
 
@@ -42,7 +44,7 @@ const request = (promptIds: ArrayLike<number>, p: Partial<ConstructorParameters<
 const prompt = (seed: number, n = 6) => Array.from({ length: n }, (_, i) => (seed * 31 + i * 7) % (V - 10))
 
 /** The decode path the engines of the running describe block use. */
-let decoderKind: DecoderKind = "fast"
+let decoderKind: DecoderKind | DeviceDecoderFactory = "fast"
 
 const withEngine = <A, E>(
   model: Transformer,
@@ -92,9 +94,11 @@ const referenceGreedy = (model: Transformer, ids: ReadonlyArray<number>, n: numb
   return seq.slice(ids.length)
 }
 
-// Every engine behaviour holds on both decode paths: the CPU's (fastDecode.ts) and the GPU's
-// (tensorDecode.ts, tfjs ops read back asynchronously), here on the test backend.
-describe.each(["fast", "tensor"] as const)("%s decoder", (decoder) => {
+// Every engine behaviour holds on both kinds of decoder: the CPU's (fastDecode.ts), read
+// synchronously, and a device decoder read back asynchronously (WebGPU's kind; here the
+// reference decoder of tfjs ops, on the test backend).
+const deviceReference: DeviceDecoderFactory = (model, version, options) => new TensorDecoder(model, version, options)
+describe.each([["fast", "fast"], ["device (reference)", deviceReference]] as const)("%s decoder", (_, decoder) => {
   beforeAll(() => {
     decoderKind = decoder
   })

@@ -1,15 +1,17 @@
 /**
- * The GPU decode path (model/tensorDecode.ts), on the test backend: its logits are fastDecode.ts's
- * for prompts, decoding steps and steps that mix both, in any chunk order, for the plain and the
- * variant Llama-family configs; its device draws (tensorSample.ts) are the Sampler's for the same
- * uniforms; and its caches' row ranges are handed out and merged back as they should be. Engine
- * behaviour on this path is engine.test.ts's, run for both decoders.
+ * The reference device decoder (reference/tensorDecoder.ts: tfjs ops, what the WebGPU decoder's
+ * shaders are held to), on the test backend: its logits are fastDecode.ts's for prompts, decoding
+ * steps and steps that mix both, in any chunk order, for the plain and the variant Llama-family
+ * configs; its draws are the Sampler's for the same uniforms, read back by `readDraw`; and the
+ * device decoders' KV rows (kvRows.ts) are handed out and merged back as they should be. Engine
+ * behaviour on a device decoder is engine.test.ts's, run for both kinds of decoder.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { DecodeWeights, drawOnDevice, FastDecoder, readDraw, Rng, RowRanges, Sampler, TensorDecoder, Transformer } from "@reins/policy"
+import { DecodeWeights, FastDecoder, KvRows, readDraw, Rng, RowRanges, Sampler, Transformer } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { beforeAll } from "vitest"
 import { backend, tinyConfig, variantConfig } from "./model-fixtures.js"
+import { drawOnDevice, TensorDecoder } from "./reference/tensorDecoder.js"
 
 beforeAll(() => backend())
 
@@ -28,7 +30,7 @@ const logitsOf = async (decoder: TensorDecoder, chunks: Parameters<TensorDecoder
   return out
 }
 
-describe("tensor decoder", () => {
+describe("reference device decoder", () => {
   for (const [name, config] of [["plain", tinyConfig(V)], ["variant (GQA, biases, q/k norms, untied head)", variantConfig(V)]] as const) {
     it(`${name}: the same logits as the fast decoder, prompts, decoding and mixed steps`, async () => {
       const model = Transformer.init(config, 3)
@@ -59,21 +61,21 @@ describe("tensor decoder", () => {
     })
   }
 
+})
+
+describe("KV rows of a device decoder", () => {
   it("holds no more rows than its sequences can use, and hands out what it holds", () => {
-    const model = Transformer.init(tinyConfig(V), 4) // 2 layers × kv width 32: 512 bytes per token, context 64
-    const roomy = new TensorDecoder(model, 0, { kvBytes: 1 << 30, maxSequences: 3 })
-    expect(roomy.kv.maxCacheTokens).toBe(64)
-    const caches = [0, 1, 2].map(() => roomy.kv.tryNewCache(64))
+    const roomy = new KvRows(64, 1 << 20, 3) // a context of 64, room for far more rows than 3 sequences use
+    expect(roomy.rows).toBe(3 * 64)
+    expect(roomy.maxCacheTokens).toBe(64)
+    const caches = [0, 1, 2].map(() => roomy.tryNewCache(64))
     expect(caches.every((c) => c !== undefined)).toBe(true)
-    expect(roomy.kv.tryNewCache(1)).toBeUndefined() // 3 × 64 rows, all taken
-    roomy.kv.releaseCache(caches[1]!)
-    expect(roomy.kv.tryNewCache(10)?.start).toBe(caches[1]!.start)
-    roomy.dispose()
-    const none = new TensorDecoder(model, 0, { kvBytes: 1000, maxSequences: 3 })
-    expect(none.kv.maxCacheTokens).toBe(0)
-    expect(none.kv.tryNewCache(1)).toBeUndefined()
-    none.dispose()
-    model.dispose()
+    expect(roomy.tryNewCache(1)).toBeUndefined() // 3 × 64 rows, all taken
+    roomy.releaseCache(caches[1]!)
+    expect(roomy.tryNewCache(10)?.start).toBe(caches[1]!.start)
+    const none = new KvRows(64, 1, 3) // less than one 64-row block
+    expect(none.maxCacheTokens).toBe(0)
+    expect(none.tryNewCache(1)).toBeUndefined()
   })
 })
 

@@ -1,9 +1,10 @@
 /**
  * The WebGPU decoder's shaders computed for real: on Mesa's lavapipe (Vulkan on the CPU, which
- * `.ci/run` installs), its logits equal the tensor decoder's, and its draws the same tokens
- * (fixtures/webgpu-decode.ts). The tensor decoder is held to the CPU decoder elsewhere
- * (tensor-decode.test.ts), so this holds the shaders to the reference arithmetic; the engine on
- * it generates what it does on the tensor decoder, new weights included. Without a
+ * `.ci/run` installs), its logits equal the reference decoder's (tfjs ops, reference/
+ * tensorDecoder.ts), and its draws the same tokens (fixtures/webgpu-decode.ts). The reference is
+ * held to the CPU decoder elsewhere (tensor-decode.test.ts), so this holds the shaders to the
+ * reference arithmetic; the engine on it generates what it does on the reference, new weights
+ * included. Without a
  * Vulkan device the test is skipped, except in CI, where that is a failure.
  */
 import { spawnSync } from "node:child_process"
@@ -17,7 +18,7 @@ const icd = "/usr/share/vulkan/icd.d"
 const lavapipe = existsSync(icd) && readdirSync(icd).some((f) => f.startsWith("lvp_icd"))
 
 describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a real WebGPU device", () => {
-  it("gives the tensor decoder's logits and draws: prompts, decoding, both together, new weights, GQA, q/k norms, biases, RoPE scaling; the engine runs it by default", () => {
+  it("gives the reference decoder's logits and draws: prompts, decoding, both together, new weights, GQA, q/k norms, biases, RoPE scaling; the engine runs it by default; a model it cannot run is refused", () => {
     const run = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "test/policy/fixtures/webgpu-decode.ts")], {
       encoding: "utf8",
       env: { ...process.env, REINS_BACKEND: "webgpu", XDG_RUNTIME_DIR: process.env["XDG_RUNTIME_DIR"] ?? "/tmp" },
@@ -39,7 +40,7 @@ describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a re
         expect(d.dLogprob, r.model).toBeLessThan(1e-4)
       }
     }
-    // the engine: on WebGPU it runs this decoder by default, and generates what it does on the tensor decoder
+    // the engine: on WebGPU it runs this decoder by default, and generates what it does on the reference
     const engine = lines.find((l) => "engine" in l) as { engine: string; webgpu: Array<{ ids: Array<number>; logprobs: Array<number> }>; tensor: Array<{ ids: Array<number>; logprobs: Array<number> }> }
     expect(engine.engine).toBe("webgpu")
     expect(engine.webgpu).toHaveLength(6)
@@ -51,5 +52,8 @@ describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a re
     })
     // new weights changed what was generated
     expect(engine.webgpu.slice(3).map((g) => g.ids)).not.toEqual(engine.webgpu.slice(0, 3).map((g) => g.ids))
+    // a model the shaders cannot run is refused when the device starts, naming the key and what to do
+    const refused = lines.find((l) => "refused" in l) as { refused: string }
+    expect(refused.refused).toMatch(/reins-webgpu-refuse-.*the WebGPU decoder cannot run this model \(hidden_size \(12\), intermediate_size \(32\) and head_dim \(6\) must be multiples of 4\); serve it on the wasm backend \(REINS_BACKEND=wasm\)/)
   }, 300_000)
 })

@@ -1,6 +1,6 @@
 /**
  * The WebGPU code paths compile and validate: on Dawn's Null backend (the `webgpu` package's own,
- * no GPU needed), the tensor decoder's fused programs and device draws and a training step with
+ * no GPU needed), the WebGPU decoder's shaders and device draws and a training step with
  * its optimizer produce no validation error. A shader that does not compile, or an op binding more
  * storage buffers than a stage allows, is an error there — and on a GPU a silent no-op.
  */

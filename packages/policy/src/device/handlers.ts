@@ -16,8 +16,10 @@ import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
 import { loadModelDir, type ModelDir, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
 import { defaultDecoder, makeEngine } from "../engine/engine.js"
+import type { ModelConfig } from "../model/config.js"
 import { initAdapters, LoraConfig } from "../model/lora.js"
 import { wasmMisfit } from "../model/memory.js"
+import { webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { Transformer } from "../model/transformer.js"
 import { scoreSequences } from "../train/step.js"
 import { BusyClock } from "./busyClock.js"
@@ -40,6 +42,11 @@ const deviceError = (e: { readonly message: string }) => new DeviceError({ messa
 const asDeviceError = (prefix: string) => (e: unknown): DeviceError =>
   e instanceof DeviceError ? e : new DeviceError({ message: `${prefix}: ${e instanceof Error ? e.message : String(e)}` })
 
+const webgpuRefusal = (config: ModelConfig): string | undefined => {
+  const unsupported = webgpuDecodeUnsupported(config)
+  return unsupported === undefined ? undefined : `the WebGPU decoder cannot run this model (${unsupported}); serve it on the wasm backend (REINS_BACKEND=wasm)`
+}
+
 const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError> =>
   (options.createDefault ? ensureDefaultPolicy(options.modelDir) : loadModelDir(options.modelDir)).pipe(
     Effect.mapError(deviceError)
@@ -57,11 +64,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const kvBytes = options.kvBytes ??
       (yield* Effect.try({ try: () => kvCacheBytes(process.env, defaultDecoder() !== "fast" ? memory : undefined), catch: asDeviceError("KV memory") }))
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
-    if (backend === "wasm" && !options.createDefault) {
-      // Before any weight is read: a model too large for the wasm heap fails now, saying why.
+    if ((backend === "wasm" || backend === "webgpu") && !options.createDefault) {
+      // Before any weight is read: a model too large for the wasm heap, or of sizes WebGPU's
+      // shaders do not take, fails now, saying why.
       const config = yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError))
-      const misfit = wasmMisfit(config, { lora: options.lora !== undefined })
-      if (misfit !== undefined) return yield* new DeviceError({ message: `${options.modelDir}: ${misfit}` })
+      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined }) : webgpuRefusal(config)
+      if (refusal !== undefined) return yield* new DeviceError({ message: `${options.modelDir}: ${refusal}` })
     }
     const policy = yield* loadPolicy(options)
     const model = Transformer.fromWeights(policy.config, policy.weights)

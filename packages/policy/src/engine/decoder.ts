@@ -2,24 +2,22 @@
  * What the engine needs from a model: a KV cache per sequence and one batched forward call over
  * chunks of new tokens, returning the logits of each chunk's last token. Two implement it:
  * `FastEngineDecoder` (model/fastDecode.ts: typed arrays and wasm kernels, for the CPU backends)
- * and `DeviceEngineDecoder` over a decoder that keeps weights and caches on a GPU and reads
- * asynchronously (model/webgpuDecode.ts: its own shaders, on WebGPU; model/tensorDecode.ts: tfjs
- * ops, on any backend); tests plug in a reference decoder of their own.
+ * and `DeviceEngineDecoder` over a `DeviceDecoder`, which keeps weights and caches on a GPU and
+ * reads asynchronously (model/webgpuDecode.ts: its own shaders, on WebGPU; tests plug in a
+ * reference of plain tfjs ops, test/policy/reference/tensorDecoder.ts).
  */
 import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
-import type { TensorKvCache } from "../model/kvRows.js"
-import type { TensorDecoder } from "../model/tensorDecode.js"
-import type { WebGpuDecoder } from "../model/webgpuDecode.js"
-import type { Pick, StepRows } from "../model/tensorSample.js"
+import type { KvRows, TensorChunk, TensorKvCache } from "../model/kvRows.js"
+import type { Pick, StepRows } from "../model/deviceDraw.js"
 import { Transformer, type Weights } from "../model/transformer.js"
 
 /**
  * A draw a decoder may make on its device instead of returning a row of logits (for a request
- * without top-k, top-p or top logprobs; model/tensorSample.ts), and a step's result per chunk:
+ * without top-k, top-p or top logprobs; model/deviceDraw.ts), and a step's result per chunk:
  * its last token's logits, or the token drawn and its logprob.
  */
-export type { Pick, StepRow, StepRows } from "../model/tensorSample.js"
+export type { Pick, StepRow, StepRows } from "../model/deviceDraw.js"
 
 /** Rows [n, V] of `logits` as views. */
 export const rowsOf = (logits: Float32Array, n: number, vocab: number): StepRows => Array.from({ length: n }, (_, i) => logits.subarray(i * vocab, (i + 1) * vocab))
@@ -103,11 +101,26 @@ export class FastEngineDecoder implements Decoder<KvCache> {
   }
 }
 
+/**
+ * A decoder that keeps its weights and KV caches on a device: `forward` queues a step's work and
+ * resolves with its one read back, so the caller may change caches or weights while it is
+ * pending; `setWeights` takes a model (`fromModel`: its current variables, merged with its
+ * adapters) or plain weights.
+ */
+export interface DeviceDecoder {
+  readonly config: ModelConfig
+  readonly version: number
+  readonly kv: KvRows
+  forward(chunks: ReadonlyArray<TensorChunk>, picks?: ReadonlyArray<Pick | undefined>): Promise<StepRows>
+  setWeights(source: WeightSource, version: number, fromModel: boolean): void
+  dispose(): void
+}
+
 /** The engine's decoder on a GPU: weights and caches on the device, one asynchronous read per step. */
 export class DeviceEngineDecoder implements Decoder<TensorKvCache> {
   readonly drawsOnDevice = true
 
-  constructor(private readonly decoder: TensorDecoder | WebGpuDecoder) {}
+  constructor(private readonly decoder: DeviceDecoder) {}
 
   get config(): ModelConfig {
     return this.decoder.config

@@ -23,10 +23,8 @@ import * as tf from "@tensorflow/tfjs"
 import { Chunk, Context, Deferred, Effect, Layer, Queue, type Scope, Stream, Take } from "effect"
 import type { Transformer } from "../model/transformer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
-import { type Decoder, DeviceEngineDecoder, FastEngineDecoder, type WeightSource } from "./decoder.js"
-import type { ModelConfig } from "../model/config.js"
-import { TensorDecoder } from "../model/tensorDecode.js"
-import { WebGpuDecoder, webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
+import { type Decoder, type DeviceDecoder, DeviceEngineDecoder, FastEngineDecoder, type WeightSource } from "./decoder.js"
+import { WebGpuDecoder } from "../model/webgpuDecode.js"
 import { DEFAULT_MAX_BATCH, EngineError, Scheduler, type SchedulerStats, type SequenceState } from "./scheduler.js"
 
 export interface EngineOptions {
@@ -46,8 +44,11 @@ export interface EngineOptions {
    * Requests wait for room.
    */
   readonly kvBytes?: number
-  /** The decode path (default: `defaultDecoder()`). */
-  readonly decoder?: DecoderKind
+  /**
+   * The decode path (default: `defaultDecoder()`), or a device decoder of the caller's own, made
+   * from the model, its version and the KV memory (tests plug in a reference this way).
+   */
+  readonly decoder?: DecoderKind | DeviceDecoderFactory
   /**
    * A sequence's tokens are sent together until this many ms have passed since its last chunk
    * (default 10; 0 sends every token alone). Waking every consumer fiber at every step costs
@@ -57,19 +58,21 @@ export interface EngineOptions {
 }
 
 /**
- * Which decode path the engine runs: "fast" (model/fastDecode.ts: typed arrays and wasm kernels,
- * reads synchronously; for the CPU backends), "webgpu" (model/webgpuDecode.ts: its own compute
- * shaders on tfjs's WebGPU device, one asynchronous read per step) or "tensor"
- * (model/tensorDecode.ts: tfjs ops on the device, read asynchronously; any backend).
+ * Which decode path the engine runs, one per backend: "fast" (model/fastDecode.ts: typed arrays
+ * and wasm kernels, reads synchronously; the CPU backends) or "webgpu" (model/webgpuDecode.ts: its
+ * own compute shaders on tfjs's WebGPU device, one asynchronous read per step).
  */
-export type DecoderKind = "fast" | "webgpu" | "tensor"
+export type DecoderKind = "fast" | "webgpu"
 
-/**
- * On WebGPU "webgpu" (or "tensor" for shapes its shaders do not take, e.g. a head size that is
- * not a multiple of 4), elsewhere "fast".
- */
-export const defaultDecoder = (config?: ModelConfig): DecoderKind =>
-  tf.getBackend() !== "webgpu" ? "fast" : config === undefined || webgpuDecodeUnsupported(config) === undefined ? "webgpu" : "tensor"
+/** A device decoder of the caller's own: the model, the version its weights are, the KV memory. */
+export type DeviceDecoderFactory = (
+  model: Transformer,
+  version: number,
+  options: { readonly kvBytes: number; readonly maxSequences: number }
+) => DeviceDecoder
+
+/** "webgpu" on the WebGPU backend, "fast" elsewhere. */
+export const defaultDecoder = (): DecoderKind => (tf.getBackend() === "webgpu" ? "webgpu" : "fast")
 
 /** KV memory of a device decoder when none is given (it takes no more than its batch can use). */
 const DEFAULT_KV_BYTES = 4 * 1024 ** 3
@@ -103,11 +106,11 @@ export const yieldToEventLoop = Effect.async<void>((resume) => {
 export const makeEngine = (options: EngineOptions): Effect.Effect<GenerationEngine, never, Scope.Scope> =>
   Effect.gen(function* () {
     const version = options.version ?? options.model.version
-    const kind = options.decoder ?? defaultDecoder(options.model.config)
+    const kind = options.decoder ?? defaultDecoder()
     const onDevice = { kvBytes: options.kvBytes ?? DEFAULT_KV_BYTES, maxSequences: options.maxBatch ?? DEFAULT_MAX_BATCH }
     const decoder: Decoder = kind === "fast"
       ? new FastEngineDecoder(options.model, version, options.kvBytes !== undefined ? { kvBytes: options.kvBytes } : {})
-      : new DeviceEngineDecoder(kind === "webgpu" ? new WebGpuDecoder(options.model, version, onDevice) : new TensorDecoder(options.model, version, onDevice))
+      : new DeviceEngineDecoder(kind === "webgpu" ? new WebGpuDecoder(options.model, version, onDevice) : kind(options.model, version, onDevice))
     // A step that reads its logits back asynchronously (a GPU) holds this until its tokens are
     // out: a pause or new weights wait for it, so no cache is changed under a step in flight.
     const stepLock = (yield* Effect.makeSemaphore(1)).withPermits(1)

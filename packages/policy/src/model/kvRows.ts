@@ -1,5 +1,5 @@
 /**
- * The KV memory of the device decoders (tensorDecode.ts, webgpuDecode.ts): one pool of rows per
+ * The KV memory of a device decoder (webgpuDecode.ts; tests' reference decoders): one pool of rows per
  * layer for keys and one for values, of which each sequence's cache is a contiguous range, handed
  * out first-fit in blocks of 64 rows.
  */

@@ -1,25 +1,26 @@
 /**
  * The decode path on WebGPU: the transformer's inference pass as ~9 compute shaders per layer
  * (webgpuKernels.ts) recorded straight onto the device tfjs runs on. tfjs spends 47–85 µs of CPU
- * to queue each of its ops on an H200 (bench/gpu), and a decoding step through tfjs ops
- * (tensorDecode.ts) queues ~860 of them; here a step is one buffer write, ~9 × layers dispatches
- * with pipelines and bind groups made once, one submit and one read back.
+ * to queue each of its ops on an H200 (bench/gpu), and a decoding step through tfjs ops queues
+ * ~860 of them; here a step is one buffer write, ~9 × layers dispatches with pipelines and bind
+ * groups made once, one submit and one read back. It is the one decode path on WebGPU.
  *
  *   weights     a copy per policy version in [out, in] layout: q/k/v concatenated, gate/up
  *               concatenated, the head (the embedding itself when tied), made by tfjs ops on the
  *               device from the model's variables (merged with LoRA adapters)
  *   KV caches   a key and a value pool of rows per layer; a sequence's cache is a range of rows
- *               (kvRows.ts, as tensorDecode.ts)
+ *               (kvRows.ts)
  *   a step      the chunks' new tokens as rows in chunk order; every row attends to its own
  *               cache up to its position, so prompts and decoding tokens share one pass
  *
- * Tests hold its logits to the tensor decoder's on a real WebGPU device (Mesa's lavapipe).
+ * Tests hold its logits to a reference decoder of plain tfjs ops (test/policy/reference/
+ * tensorDecoder.ts, itself held to fastDecode.ts) on a real WebGPU device (Mesa's lavapipe).
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
 import { ropeTable } from "./ops.js"
 import { KvRows, type TensorChunk } from "./kvRows.js"
-import { type Pick, readDraw, type StepRow, type StepRows } from "./tensorSample.js"
+import { type Pick, readDraw, type StepRow, type StepRows } from "./deviceDraw.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
 import * as K from "./webgpuKernels.js"
 
@@ -32,8 +33,8 @@ const STORAGE = 0x80
 /** Why this decoder cannot run a model's shapes, or undefined when it can. */
 export const webgpuDecodeUnsupported = (c: ModelConfig): string | undefined => {
   const hd4 = c.headDim / 4
-  if (c.dModel % 4 !== 0 || c.dFf % 4 !== 0 || c.headDim % 4 !== 0) return `hidden (${c.dModel}), intermediate (${c.dFf}) and head (${c.headDim}) sizes must be multiples of 4`
-  if (256 % hd4 !== 0) return `head_dim ${c.headDim} must divide 1024`
+  if (c.dModel % 4 !== 0 || c.dFf % 4 !== 0 || c.headDim % 4 !== 0) return `hidden_size (${c.dModel}), intermediate_size (${c.dFf}) and head_dim (${c.headDim}) must be multiples of 4`
+  if (256 % hd4 !== 0) return `head_dim (${c.headDim}) must divide 1024`
   return undefined
 }
 
@@ -181,7 +182,7 @@ export class WebGpuDecoder {
 
   /**
    * Appends every chunk's ids to its cache; resolves, per chunk, to the logits of its last id, or
-   * to the token drawn on the device where `picks[i]` is given (tensorSample.ts's draw).
+   * to the token drawn on the device where `picks[i]` is given (deviceDraw.ts).
    */
   forward(chunks: ReadonlyArray<TensorChunk>, picks: ReadonlyArray<Pick | undefined> = []): Promise<StepRows> {
     const c = this.config

@@ -271,7 +271,7 @@ export const swigluShader = (F: number) => `${header}
 }`
 
 /**
- * The draws (tensorSample.ts's, same result layout [j, 4]: drawn id, its logprob under τ, argmax
+ * The draws (deviceDraw.ts's, result layout [j, 4]: drawn id, its logprob under τ, argmax
  * id, its logprob under τ), one workgroup per draw: each lane takes a contiguous slice of the
  * vocabulary, so the slices' sums in lane order are the cumulative softmax by slices; the lane
  * whose slice holds u·total finds the first token there at which the cumulative reaches it.

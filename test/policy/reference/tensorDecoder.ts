@@ -1,29 +1,23 @@
 /**
- * The decode path for GPU backends: the transformer's forward pass in inference form as tfjs ops,
- * with the weights and every KV cache on the device, and one asynchronous read per step (the
- * logits of each chunk's last token). WebGPU in Node has no synchronous read, and fastDecode.ts,
- * built for the CPU (JavaScript loops and wasm kernels over views of the weights), reads
- * synchronously everywhere; on a GPU those loops would leave it idle anyway.
+ * A reference device decoder: the transformer's inference pass as plain tfjs ops, with the
+ * weights and every KV cache held as tensors and one asynchronous read per step — the contract
+ * of the engine's device decoders (engine/decoder.ts `DeviceDecoder`), on any tfjs backend.
+ *
+ * It is what the WebGPU decoder's shaders are checked against on a real WebGPU device
+ * (fixtures/webgpu-decode.ts), what the engine's asynchronous path is tested with on the test
+ * backend (engine.test.ts), and the baseline of the decode benches (bench/decode-queue.ts,
+ * bench/gpu). It is itself held to the CPU decoder (tensor-decode.test.ts). Production decodes
+ * with fastDecode.ts (CPU backends) or webgpuDecode.ts (WebGPU), never with this.
  *
  *   KV caches   one pool of rows per layer for keys (rotated) and one for values, [rows, kvDim];
- *               a sequence's cache is a contiguous range of rows (kvRows.ts)
+ *               a sequence's cache is a contiguous range of rows (KvRows)
  *   a step      the new tokens of every chunk as one batch of rows: dense products, norms, RoPE
  *               and the MLP over all rows at once; each row's key and value written to its row of
- *               the pools (in place on WebGPU); attention per group of chunks of one length
- *               (every decoding chunk, length 1, is one group; a prompt is a group of its own),
- *               reading the group's cache rows with one gather
- *
- * The arithmetic is `Transformer.forward`'s (same norms, RoPE, grouped-query attention, SwiGLU,
- * tied or separate head); tests hold its logits to fastDecode.ts's and to the training pass.
+ *               the pools; attention per group of chunks of one length (every decoding chunk,
+ *               length 1, is one group; a prompt is a group of its own)
  */
+import { checkWeights, KvRows, type ModelConfig, parameterShapes, type Pick, readDraw, ropeTable, type StepRow, type StepRows, type TensorChunk, type Transformer, type Weights } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
-import { type ModelConfig, parameterShapes } from "./config.js"
-import { upload } from "./heap.js"
-import { rmsNorm, rope, swiglu, writeRows } from "./webgpuOps.js"
-import { drawOnDevice, type Pick, readDraw, type StepRow, type StepRows } from "./tensorSample.js"
-import { ropeTable } from "./ops.js"
-import { checkWeights, type Transformer, type Weights } from "./transformer.js"
-import { BLOCK, KvRows, type TensorChunk } from "./kvRows.js"
 
 /** The weights a step reads, by parameter name, plus the head as [d, vocab]; all kept on the device. */
 interface Snapshot {
@@ -36,8 +30,7 @@ const snapshotOfModel = (model: Transformer): Snapshot => {
   const merged = model.mergedTensors()
   const tensors = new Map<string, tf.Tensor>()
   for (const name of Object.keys(parameterShapes(model.config))) {
-    // A clone shares the variable's memory: an update gives the variable new memory, so the
-    // snapshot keeps decoding the version it announced.
+    // A clone shares the variable's memory: an update gives the variable new memory.
     tensors.set(name, merged.get(name) ?? tf.keep(tf.clone(model.params.get(name)!)))
   }
   return { tensors, head: tf.keep(tf.clone(model.headWeight())) }
@@ -46,17 +39,49 @@ const snapshotOfModel = (model: Transformer): Snapshot => {
 const snapshotOfWeights = (config: ModelConfig, weights: Weights): Snapshot => {
   const shapes = parameterShapes(config)
   checkWeights(shapes, weights)
-  const tensors = new Map(Object.keys(shapes).map((name) => [name, upload(weights[name]!, shapes[name]!)] as const))
+  const tensors = new Map(Object.keys(shapes).map((name) => [name, tf.tensor(Float32Array.from(weights[name]!), [...shapes[name]!])] as const))
   const head = config.tieEmbeddings ? tf.transpose(tensors.get("tok_embeddings.weight")! as tf.Tensor2D) : (tf.clone(tensors.get("lm_head.weight")!) as tf.Tensor2D)
   return { tensors, head }
 }
 
 const disposeSnapshot = (s: Snapshot) => tf.dispose([...s.tensors.values(), s.head])
 
+/**
+ * For each row of `logits` [P, V] and its pick: [P, 4] = (drawn id, its logprob under τ, argmax
+ * id, its logprob under τ), τ taken as 1 for a greedy pick — the layout the WebGPU decoder's
+ * draw shader writes and `readDraw` reads. The draw is the Sampler's: the first token at which
+ * the cumulative softmax(z/τ) reaches u.
+ */
+export const drawOnDevice = (logits: tf.Tensor2D, picks: ReadonlyArray<Pick>): tf.Tensor2D =>
+  tf.tidy(() => {
+    const [P, V] = logits.shape
+    const tau = tf.tensor2d(Float32Array.from(picks, (p) => (p.temperature > 0 ? p.temperature : 1)), [P, 1])
+    const u = tf.tensor2d(Float32Array.from(picks, (p) => p.u), [P, 1])
+    const scaled = tf.div(logits, tau)
+    const max = tf.max(scaled, 1, true)
+    const cumulative = tf.cumsum(tf.exp(tf.sub(scaled, max)), 1)
+    const total = tf.slice(cumulative, [0, V - 1], [P, 1])
+    const lse = tf.reshape(tf.add(max, tf.log(total)), [P])
+    // the first index whose cumulative mass reaches u: how many stay below it
+    const drawn = tf.minimum(tf.sum(tf.cast(tf.less(cumulative, tf.mul(u, total)), "int32"), 1), tf.scalar(V - 1, "int32"))
+    const best = tf.cast(tf.argMax(logits, 1), "int32")
+    const flat = tf.reshape(scaled, [P * V])
+    const rowStart = tf.tensor1d(Int32Array.from({ length: P }, (_, r) => r * V), "int32")
+    const logprobAt = (id: tf.Tensor1D) => tf.sub(tf.gather(flat, tf.add(rowStart, id)), lse)
+    return tf.stack([tf.cast(drawn, "float32"), logprobAt(drawn as tf.Tensor1D), tf.cast(best, "float32"), logprobAt(best as tf.Tensor1D)], 1) as tf.Tensor2D
+  })
+
 /** The chunks of one attention group: equal length, consecutive in the step's rows. */
 interface Group {
   readonly chunks: ReadonlyArray<number>
   readonly length: number
+}
+
+/** What one group's attention reads: its caches' pool rows [C·L] and the additive mask [C, 1, G·T, L]. */
+interface GroupReads {
+  readonly rows: tf.Tensor1D
+  readonly mask: tf.Tensor4D
+  readonly span: number
 }
 
 export class TensorDecoder {
@@ -65,18 +90,11 @@ export class TensorDecoder {
   private readonly keys: Array<tf.Tensor2D>
   private readonly values: Array<tf.Tensor2D>
   readonly kv: KvRows
-  /** cos and sin of every (position, frequency), [context, hd/2]; ε; RoPE's [-1, 1] over halves. */
+  /** cos and sin of every (position, frequency), [context, hd/2]. */
   private readonly cos: tf.Tensor2D
   private readonly sin: tf.Tensor2D
-  private readonly eps: tf.Scalar
-  private readonly sign: tf.Tensor4D
-  /** 1/√hd, the scale of attention scores. */
-  private readonly scale: tf.Scalar
 
-  /**
-   * `kvBytes`: device memory for the caches (keys and values of every layer), of which no more
-   * is taken than `maxSequences` caches of the whole context need.
-   */
+  /** `kvBytes`: memory for the caches, of which no more is taken than `maxSequences` whole-context caches need. */
   constructor(model: Transformer, public version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
     const c = (this.config = model.config)
     this.weights = snapshotOfModel(model)
@@ -87,9 +105,6 @@ export class TensorDecoder {
     const table = ropeTable(c.contextLength, c.headDim, c.ropeTheta, c.ropeScaling)
     this.cos = tf.keep(tf.tensor2d(table.cos, [c.contextLength, table.half]))
     this.sin = tf.keep(tf.tensor2d(table.sin, [c.contextLength, table.half]))
-    this.eps = tf.keep(tf.scalar(c.normEps))
-    this.sign = tf.keep(tf.tensor4d([-1, 1], [1, 1, 2, 1]))
-    this.scale = tf.keep(tf.scalar(1 / Math.sqrt(c.headDim)))
   }
 
   /** New weights: a model's current variables (merged with its adapters), or plain weights. */
@@ -102,9 +117,7 @@ export class TensorDecoder {
 
   /**
    * Appends every chunk's ids to its cache; resolves, per chunk, to the logits of its last id, or
-   * to the token drawn on the device where `picks[i]` is given (tensorSample.ts). Every op is
-   * queued before the one read back, so the caller may change caches or weights while it is
-   * pending (their memory stays until the ops are done).
+   * to the token drawn on the device where `picks[i]` is given.
    */
   forward(chunks: ReadonlyArray<TensorChunk>, picks: ReadonlyArray<Pick | undefined> = []): Promise<StepRows> {
     const c = this.config
@@ -138,11 +151,11 @@ export class TensorDecoder {
     const whole = order.flatMap((i, k) => (picks[i] === undefined ? [k] : []))
     const [draws, rows] = tf.tidy(() => {
       const posT = tf.tensor1d(positions, "int32")
-      const slotT = tf.tensor1d(slots, "int32")
       const angles = { cos: tf.gather(this.cos, posT) as tf.Tensor2D, sin: tf.gather(this.sin, posT) as tf.Tensor2D }
       const reads = groups.map((g) => this.groupReads(g, chunks))
+      const write = this.rowWriter(slots)
       let x = tf.gather(this.weight("tok_embeddings.weight"), tf.tensor1d(ids, "int32")) as tf.Tensor2D
-      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, angles, slotT, groups, reads)
+      for (let l = 0; l < c.nLayers; l++) x = this.block(x, l, angles, write, groups, reads)
       const h = this.norm(tf.gather(x, tf.tensor1d(lastRows, "int32")) as tf.Tensor2D, this.weight("norm.weight"))
       const logits = tf.matMul(h, this.weights.head) as tf.Tensor2D
       const select = (ks: ReadonlyArray<number>) => (ks.length === chunks.length ? logits : (tf.gather(logits, tf.tensor1d(Int32Array.from(ks), "int32")) as tf.Tensor2D))
@@ -165,7 +178,7 @@ export class TensorDecoder {
 
   dispose(): void {
     disposeSnapshot(this.weights)
-    tf.dispose([...this.keys, ...this.values, this.cos, this.sin, this.eps, this.sign, this.scale])
+    tf.dispose([...this.keys, ...this.values, this.cos, this.sin])
   }
 
   private weight(name: string): tf.Tensor2D {
@@ -181,7 +194,7 @@ export class TensorDecoder {
 
   /** RMSNorm over the last axis, scaled by w. */
   private norm(x: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
-    return rmsNorm(x, w, this.eps, this.config.normEps)
+    return tf.mul(tf.mul(x, tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), this.config.normEps))), w)
   }
 
   /** RMSNorm of every head of x [n, heads·hd] (Qwen3's q_norm / k_norm). */
@@ -191,16 +204,37 @@ export class TensorDecoder {
     return tf.reshape(this.norm(tf.reshape(x, [(n * width) / hd, hd]), this.weight(name)), [n, width])
   }
 
+  /** x·cos + rotateHalf(x)·sin over every head of x [n, heads·hd], rotateHalf(x) = (−x₂, x₁). */
+  private rope(x: tf.Tensor2D, angles: { readonly cos: tf.Tensor2D; readonly sin: tf.Tensor2D }): tf.Tensor2D {
+    const [n, width] = x.shape
+    const half = angles.cos.shape[1]
+    const pairs = tf.reshape(x, [n, width / (2 * half), 2, half])
+    const cos = tf.reshape(angles.cos, [n, 1, 1, half])
+    const sin = tf.reshape(angles.sin, [n, 1, 1, half])
+    const rotated = tf.mul(tf.reverse(pairs, 2), tf.tensor4d([-1, 1], [1, 1, 2, 1]))
+    return tf.reshape(tf.add(tf.mul(pairs, cos), tf.mul(rotated, sin)), [n, width])
+  }
+
   /**
-   * What one group's attention reads: the pool rows of each of its chunks' caches, [C·L] (L the
-   * longest cache after this step, in blocks), and the additive mask [C, 1, G·T, L] that lets
-   * each new token (for each of the G query heads sharing a kv head) see its own sequence up to
-   * itself.
+   * A pool with rows `slots[i]` replaced by `updates[i]`: one gather from the pool and the
+   * updates side by side (plain ops every backend has; a new pool, the old one disposed).
    */
-  private groupReads(g: Group, chunks: ReadonlyArray<TensorChunk>): { readonly rows: tf.Tensor1D; readonly mask: tf.Tensor4D; readonly span: number } {
+  private rowWriter(slots: Int32Array): (pool: tf.Tensor2D, updates: tf.Tensor2D) => tf.Tensor2D {
+    const rows = Math.max(this.kv.rows, 1)
+    const from = Int32Array.from({ length: rows }, (_, j) => j)
+    slots.forEach((slot, i) => (from[slot] = rows + i))
+    const index = tf.tensor1d(from, "int32")
+    return (pool, updates) => tf.gather(tf.concat([pool, updates], 0), index) as tf.Tensor2D
+  }
+
+  /**
+   * What one group's attention reads: the pool rows of each of its chunks' caches (the longest
+   * capacity, L) and the mask that lets each new token (for each of the G query heads sharing a
+   * kv head) see its own sequence up to itself.
+   */
+  private groupReads(g: Group, chunks: ReadonlyArray<TensorChunk>): GroupReads {
     const T = g.length
-    const ends = g.chunks.map((i) => chunks[i]!.cache.length + T)
-    const span = Math.min(Math.max(...g.chunks.map((i) => chunks[i]!.cache.capacity)), Math.ceil(Math.max(...ends) / BLOCK) * BLOCK)
+    const span = Math.max(...g.chunks.map((i) => chunks[i]!.cache.capacity))
     const C = g.chunks.length
     const G = this.config.nHeads / this.config.kvHeads
     const rows = new Int32Array(C * span)
@@ -222,10 +256,10 @@ export class TensorDecoder {
   private block(
     x: tf.Tensor2D,
     l: number,
-    positions: { readonly cos: tf.Tensor2D; readonly sin: tf.Tensor2D },
-    slots: tf.Tensor1D,
+    angles: { readonly cos: tf.Tensor2D; readonly sin: tf.Tensor2D },
+    write: (pool: tf.Tensor2D, updates: tf.Tensor2D) => tf.Tensor2D,
     groups: ReadonlyArray<Group>,
-    reads: ReadonlyArray<{ readonly rows: tf.Tensor1D; readonly mask: tf.Tensor4D; readonly span: number }>
+    reads: ReadonlyArray<GroupReads>
   ): tf.Tensor2D {
     const c = this.config
     const p = `layers.${l}`
@@ -237,12 +271,11 @@ export class TensorDecoder {
       q = this.headNorm(q, `${p}.attn.q_norm.weight`)
       k = this.headNorm(k, `${p}.attn.k_norm.weight`)
     }
-    q = rope(q, positions.cos, positions.sin, this.sign)
-    k = rope(k, positions.cos, positions.sin, this.sign)
-    // The new keys and values into their rows of the pools (webgpuOps.ts: in place on WebGPU;
-    // elsewhere a new pool, kept, since the pools outlive the step).
-    const keys = this.replacePool(this.keys, l, writeRows(this.keys[l]!, slots, k))
-    const values = this.replacePool(this.values, l, writeRows(this.values[l]!, slots, v))
+    q = this.rope(q, angles)
+    k = this.rope(k, angles)
+    // The new keys and values into their rows of the pools, which outlive the step.
+    const keys = this.replacePool(this.keys, l, write(this.keys[l]!, k))
+    const values = this.replacePool(this.values, l, write(this.values[l]!, v))
     let row = 0
     const outs = groups.map((g, i) => {
       const C = g.chunks.length
@@ -255,27 +288,19 @@ export class TensorDecoder {
     const a = outs.length === 1 ? outs[0]! : (tf.concat(outs, 0) as tf.Tensor2D)
     x = tf.add(x, this.linear(a, `${p}.attn.wo`, `${p}.attn.bo`))
     const m = this.norm(x, this.weight(`${p}.mlp_norm.weight`))
-    const hidden = swiglu(this.linear(m, `${p}.mlp.w1`), this.linear(m, `${p}.mlp.w3`))
+    const gate = this.linear(m, `${p}.mlp.w1`)
+    const hidden = tf.mul(tf.mul(gate, tf.sigmoid(gate)), this.linear(m, `${p}.mlp.w3`)) as tf.Tensor2D
     return tf.add(x, this.linear(hidden, `${p}.mlp.w2`))
   }
 
   private replacePool(pools: Array<tf.Tensor2D>, l: number, next: tf.Tensor2D): tf.Tensor2D {
-    if (next !== pools[l]) {
-      pools[l]!.dispose()
-      pools[l] = tf.keep(next)
-    }
+    pools[l]!.dispose()
+    pools[l] = tf.keep(next)
     return next
   }
 
   /** Causal attention of one group's queries q [C·T, H·hd] over its caches → [C·T, H·hd]. */
-  private attention(
-    q: tf.Tensor2D,
-    keys: tf.Tensor2D,
-    values: tf.Tensor2D,
-    C: number,
-    T: number,
-    read: { readonly rows: tf.Tensor1D; readonly mask: tf.Tensor4D; readonly span: number }
-  ): tf.Tensor2D {
+  private attention(q: tf.Tensor2D, keys: tf.Tensor2D, values: tf.Tensor2D, C: number, T: number, read: GroupReads): tf.Tensor2D {
     const c = this.config
     const KV = c.kvHeads
     const G = c.nHeads / KV
@@ -285,7 +310,7 @@ export class TensorDecoder {
     const heads = (pool: tf.Tensor2D) => tf.transpose(tf.reshape(tf.gather(pool, read.rows), [C, L, KV, hd]), [0, 2, 1, 3])
     // query head h reads kv head h / G: [C, T, KV, G, hd] → [C, KV, G·T, hd]
     const qh = tf.reshape(tf.transpose(tf.reshape(q, [C, T, KV, G, hd]), [0, 2, 3, 1, 4]), [C, KV, G * T, hd])
-    const scores = tf.add(tf.mul(tf.matMul(qh, heads(keys), false, true), this.scale), read.mask)
+    const scores = tf.add(tf.mul(tf.matMul(qh, heads(keys), false, true), 1 / Math.sqrt(hd)), read.mask)
     const out = tf.matMul(tf.softmax(scores), heads(values)) // [C, KV, G·T, hd]
     return tf.reshape(tf.transpose(tf.reshape(out, [C, KV, G, T, hd]), [0, 3, 1, 2, 4]), [C * T, c.qDim])
   }
