@@ -28,13 +28,14 @@ describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a re
     expect(run.status, output).toBe(0)
     expect(output).toMatch(/^done$/m)
     const lines = run.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
-    const results = lines.filter((l) => "model" in l) as Array<{ model: string; steps: number; worst: number; compared: number; largest: number; draws: Array<{ same: boolean; dLogprob: number }> }>
+    const results = lines.filter((l) => "model" in l) as Array<{ model: string; steps: number; worst: number; compared: number; largest: number; draws: Array<{ same: boolean; dLogprob: number }>; allocations: number }>
     expect(results.map((r) => r.model)).toEqual(["qwen3", "qwen2"])
     for (const r of results) {
       expect(r.compared, r.model).toBeGreaterThan(5_000)
       expect(r.largest, r.model).toBeGreaterThan(0.1) // real logits, not zeros
       expect(r.worst, r.model).toBeLessThan(1e-4)
       expect(r.draws, r.model).toHaveLength(5)
+      expect(r.allocations, r.model).toBe(0)
       for (const d of r.draws) {
         expect(d.same, r.model).toBe(true)
         expect(d.dLogprob, r.model).toBeLessThan(1e-4)
@@ -52,8 +53,11 @@ describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a re
     })
     // new weights changed what was generated
     expect(engine.webgpu.slice(3).map((g) => g.ids)).not.toEqual(engine.webgpu.slice(0, 3).map((g) => g.ids))
-    // a model the shaders cannot run is refused when the device starts, naming the key and what to do
-    const refused = lines.find((l) => "refused" in l) as { refused: string }
-    expect(refused.refused).toMatch(/reins-webgpu-refuse-.*the WebGPU decoder cannot run this model \(hidden_size \(12\), intermediate_size \(32\) and head_dim \(6\) must be multiples of 4\); serve it on the wasm backend \(REINS_BACKEND=wasm\)/)
+    // a model the shaders cannot run is refused when the device starts, naming the key and what to
+    // do: told to load it, and told to create its default policy where it lies
+    for (const key of ["refused", "refusedAsDefault"]) {
+      const refused = lines.find((l) => key in l) as Record<string, string>
+      expect(refused[key], key).toMatch(/reins-webgpu-refuse-.*the WebGPU decoder cannot run this model \(hidden_size \(12\), intermediate_size \(32\) and head_dim \(6\) must be multiples of 4\); serve it on the wasm backend \(REINS_BACKEND=wasm\)/)
+    }
   }, 300_000)
 })

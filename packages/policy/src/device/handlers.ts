@@ -10,6 +10,7 @@
  */
 import { DeviceError, DeviceInfo, EngineLoad, type PauseMode, RestoreResult, SaveResult, ScoreResult, type TrainRequest, TrainResult } from "@reins/protocol"
 import { Effect, Exit, Stream } from "effect"
+import { existsSync } from "node:fs"
 import path from "node:path"
 import { initBackend } from "../backend.js"
 import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
@@ -64,14 +65,16 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const kvBytes = options.kvBytes ??
       (yield* Effect.try({ try: () => kvCacheBytes(process.env, defaultDecoder() !== "fast" ? memory : undefined), catch: asDeviceError("KV memory") }))
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
-    if ((backend === "wasm" || backend === "webgpu") && !options.createDefault) {
-      // Before any weight is read: a model too large for the wasm heap, or of sizes WebGPU's
-      // shaders do not take, fails now, saying why.
-      const config = yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError))
-      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined }) : webgpuRefusal(config)
-      if (refusal !== undefined) return yield* new DeviceError({ message: `${options.modelDir}: ${refusal}` })
+    /** A model too large for the wasm heap, or of sizes WebGPU's shaders do not take, fails saying why. */
+    const refuse = (config: ModelConfig) => {
+      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined }) : backend === "webgpu" ? webgpuRefusal(config) : undefined
+      return refusal === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `${options.modelDir}: ${refusal}` }))
     }
+    // Before any weight is read; a default policy not yet written is checked once it is.
+    const written = !options.createDefault || existsSync(path.join(options.modelDir, "config.json"))
+    if (written) yield* refuse(yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError)))
     const policy = yield* loadPolicy(options)
+    if (!written) yield* refuse(policy.config)
     const model = Transformer.fromWeights(policy.config, policy.weights)
     const lora = options.lora === undefined ? undefined : yield* Effect.try({
       try: () => {

@@ -120,6 +120,9 @@ export class WebGpuDecoder {
   private scratch: Scratch | undefined
   /** Resolves once the shaders compiled; rejects with the device's message if one did not. */
   private readonly compiled: Promise<void>
+  /** Read-back buffers no step is using: a new mappable buffer per step would cost the driver an allocation each time. */
+  private readonly readbacks: Array<GPUBuffer> = []
+  private disposed = false
 
   constructor(model: Transformer, public version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
     const c = (this.config = model.config)
@@ -234,25 +237,31 @@ export class WebGpuDecoder {
     pass.end()
     const V = c.vocabSize
     const drawBytes = drawn.length * 16
-    const read = device.createBuffer({ size: Math.max(drawBytes + whole.length * V * 4, 4), usage: MAP_READ | COPY_DST })
+    const bytes = drawBytes + whole.length * V * 4
+    const read = this.takeReadback(bytes)
     if (drawBytes > 0) encoder.copyBufferToBuffer(scratch.draws, 0, read, 0, drawBytes)
     whole.forEach((i, j) => encoder.copyBufferToBuffer(scratch.logits, i * V * 4, read, drawBytes + j * V * 4, V * 4))
     device.queue.submit([encoder.finish()])
     const checked = device.popErrorScope()
     for (const { cache, ids } of chunks) cache.length += ids.length
-    return Promise.all([this.compiled, checked, read.mapAsync(MAP_READ)])
+    let reusable = false
+    return Promise.all([this.compiled, checked, read.mapAsync(MAP_READ, 0, bytes)])
       .then(([, error]) => {
         if (error !== null) throw new Error(`the WebGPU decoder's step failed validation: ${error.message}`)
-        const values = new Float32Array(read.getMappedRange().slice(0))
+        const values = new Float32Array(read.getMappedRange(0, bytes).slice(0))
+        read.unmap()
+        reusable = true
         const out = new Array<StepRow>(P)
         drawn.forEach((i, j) => (out[i] = readDraw(values, j, picks[i]!, V)))
         whole.forEach((i, j) => (out[i] = values.subarray(drawn.length * 4 + j * V, drawn.length * 4 + (j + 1) * V)))
         return out
       })
-      .finally(() => read.destroy())
+      .finally(() => (reusable ? this.giveReadback(read) : read.destroy()))
   }
 
   dispose(): void {
+    this.disposed = true
+    for (const b of this.readbacks.splice(0)) b.destroy()
     this.freeScratch()
     for (const b of [...this.keys, ...this.values, this.rope, this.zeros]) b.destroy()
     tf.dispose([...this.weights.refs])
@@ -262,6 +271,21 @@ export class WebGpuDecoder {
     const buffer = this.device.createBuffer({ size: Math.max(data.byteLength, 4), usage: STORAGE | COPY_DST })
     this.device.queue.writeBuffer(buffer, 0, data)
     return buffer
+  }
+
+  /** The smallest free read-back buffer of at least `bytes` (they are kept largest first), or a new one (in powers of two). */
+  private takeReadback(bytes: number): GPUBuffer {
+    const i = this.readbacks.findLastIndex((b) => b.size >= bytes)
+    if (i >= 0) return this.readbacks.splice(i, 1)[0]!
+    return this.device.createBuffer({ size: 2 ** Math.ceil(Math.log2(Math.max(bytes, 256))), usage: MAP_READ | COPY_DST })
+  }
+
+  /** Keeps a read-back buffer for the next steps: the four largest (steps in flight at once rarely exceed that). */
+  private giveReadback(buffer: GPUBuffer): void {
+    if (this.disposed) return buffer.destroy()
+    this.readbacks.push(buffer)
+    this.readbacks.sort((a, b) => b.size - a.size)
+    for (const spare of this.readbacks.splice(4)) spare.destroy()
   }
 
   /** Scratch for a step of `rows` tokens and `last` chunks, grown (in powers of two) as needed. */
