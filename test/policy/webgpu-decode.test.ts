@@ -18,7 +18,7 @@ const icd = "/usr/share/vulkan/icd.d"
 const lavapipe = existsSync(icd) && readdirSync(icd).some((f) => f.startsWith("lvp_icd"))
 
 describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a real WebGPU device", () => {
-  it("gives the reference decoder's logits and draws: prompts, decoding, both together, new weights, GQA, q/k norms, biases, RoPE scaling; the engine runs it by default; a model it cannot run is refused", () => {
+  it("gives the reference decoder's logits and draws with either product shader: prompts, decoding, both together, new weights, GQA, q/k norms, biases, RoPE scaling; the engine runs it by default; a model it cannot run is refused", () => {
     const run = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "test/policy/fixtures/webgpu-decode.ts")], {
       encoding: "utf8",
       env: { ...process.env, REINS_BACKEND: "webgpu", XDG_RUNTIME_DIR: process.env["XDG_RUNTIME_DIR"] ?? "/tmp" },
@@ -28,18 +28,22 @@ describe.runIf(lavapipe || process.env["CI"] === "true")("WebGPU decoder on a re
     expect(run.status, output).toBe(0)
     expect(output).toMatch(/^done$/m)
     const lines = run.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
-    const results = lines.filter((l) => "model" in l) as Array<{ model: string; steps: number; worst: number; compared: number; largest: number; draws: Array<{ same: boolean; dLogprob: number }>; allocations: number }>
+    type Against = { worst: number; compared: number; draws: Array<{ same: boolean; dLogprob: number }> }
+    const results = lines.filter((l) => "model" in l) as Array<{ model: string; steps: number; largest: number; chosen: Against; tiled: Against; allocations: number }>
     expect(results.map((r) => r.model)).toEqual(["qwen3", "qwen2"])
     for (const r of results) {
-      expect(r.compared, r.model).toBeGreaterThan(5_000)
       expect(r.largest, r.model).toBeGreaterThan(0.1) // real logits, not zeros
-      expect(r.worst, r.model).toBeLessThan(1e-4)
-      expect(r.draws, r.model).toHaveLength(5)
-      expect(r.allocations, r.model).toBe(0)
-      for (const d of r.draws) {
-        expect(d.same, r.model).toBe(true)
-        expect(d.dLogprob, r.model).toBeLessThan(1e-4)
+      // as the decoder chooses its products' shaders, and with the tiled product everywhere
+      for (const [name, a] of [["chosen", r.chosen], ["tiled", r.tiled]] as const) {
+        expect(a.compared, `${r.model} ${name}`).toBeGreaterThan(5_000)
+        expect(a.worst, `${r.model} ${name}`).toBeLessThan(1e-4)
+        expect(a.draws, `${r.model} ${name}`).toHaveLength(5)
+        for (const d of a.draws) {
+          expect(d.same, `${r.model} ${name}`).toBe(true)
+          expect(d.dLogprob, `${r.model} ${name}`).toBeLessThan(1e-4)
+        }
       }
+      expect(r.allocations, r.model).toBe(0)
     }
     // the engine: on WebGPU it runs this decoder by default, and generates what it does on the reference
     const engine = lines.find((l) => "engine" in l) as { engine: string; webgpu: Array<{ ids: Array<number>; logprobs: Array<number> }>; tensor: Array<{ ids: Array<number>; logprobs: Array<number> }> }

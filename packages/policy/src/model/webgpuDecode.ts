@@ -88,6 +88,20 @@ const deviceWeights = (c: ModelConfig, param: (name: string) => tf.Tensor): Devi
 
 const hasParam = (c: ModelConfig, name: string) => name in parameterShapes(c)
 
+/** When a product runs `tiledLinear` rather than `linear`: at least this many rows and tiles. */
+export interface TiledFrom {
+  readonly rows: number
+  readonly tiles: number
+}
+
+/**
+ * From 32 rows `linear` reads each weight four times or more, where `tiledLinear` reads it once
+ * and wastes at most half its multiply-adds; ~64 tiles keep a GPU's compute units busy, and with
+ * fewer `linear`'s many small workgroups do better. (A guess from the kernels' arithmetic, to be
+ * tuned on a GPU.)
+ */
+const TILED_FROM: TiledFrom = { rows: 32, tiles: 64 }
+
 /** A shader's pipeline and the workgroups of one dispatch of it. */
 interface Dispatch {
   readonly pipeline: GPUComputePipeline
@@ -115,7 +129,11 @@ export class WebGpuDecoder {
   readonly kv: KvRows
   private readonly rope: GPUBuffer
   private readonly zeros: GPUBuffer
-  private readonly pipelines: Readonly<Record<"embed" | "norm" | "lastNorm" | "qkv" | "qkvPost" | "attention" | "o" | "gateUp" | "swiglu" | "down" | "head" | "sample", GPUComputePipeline>>
+  private readonly pipelines: Readonly<Record<"embed" | "norm" | "lastNorm" | "qkvPost" | "attention" | "swiglu" | "sample", GPUComputePipeline>>
+  /** Each product's two shaders: for few rows (`linear`) and for many (`tiledLinear`). */
+  private readonly products: Readonly<Record<"qkv" | "o" | "gateUp" | "down" | "head", readonly [GPUComputePipeline, GPUComputePipeline]>>
+  /** The fewest rows, and 64 × 64 tiles of out, for which a product runs tiled. */
+  private readonly tiledFrom: TiledFrom
   /** The scratch of the largest step so far (grown in powers of two). */
   private scratch: Scratch | undefined
   /** Resolves once the shaders compiled; rejects with the device's message if one did not. */
@@ -124,7 +142,7 @@ export class WebGpuDecoder {
   private readonly readbacks: Array<GPUBuffer> = []
   private disposed = false
 
-  constructor(model: Transformer, public version: number, options: { readonly kvBytes: number; readonly maxSequences: number }) {
+  constructor(model: Transformer, public version: number, options: { readonly kvBytes: number; readonly maxSequences: number; readonly tiledFrom?: TiledFrom }) {
     const c = (this.config = model.config)
     const unsupported = webgpuDecodeUnsupported(c)
     if (unsupported !== undefined) throw new RangeError(`the WebGPU decoder cannot run this model: ${unsupported}`)
@@ -155,16 +173,20 @@ export class WebGpuDecoder {
       embed: make(K.embedShader(d)),
       norm: make(K.rmsNormShader(d, c.normEps, false)),
       lastNorm: make(K.rmsNormShader(d, c.normEps, true)),
-      qkv: make(K.linearShader(d, c.qDim + 2 * c.kvDim, { accumulate: false, rows: "info[0]" })),
       qkvPost: make(K.qkvShader({ H, KV, HD: c.headDim, context: c.contextLength, eps: c.normEps, qkNorm: c.qkNorm === true })),
       attention: make(K.attentionShader({ H, KV, HD: c.headDim })),
-      o: make(K.linearShader(c.qDim, d, { accumulate: true, rows: "info[0]" })),
-      gateUp: make(K.linearShader(d, 2 * c.dFf, { accumulate: false, rows: "info[0]" })),
       swiglu: make(K.swigluShader(c.dFf)),
-      down: make(K.linearShader(c.dFf, d, { accumulate: true, rows: "info[0]" })),
-      head: make(K.linearShader(d, c.vocabSize, { accumulate: false, rows: "info[1]" })),
       sample: make(K.sampleShader(c.vocabSize))
     }
+    const product = (k: number, n: number, options: Parameters<typeof K.linearShader>[2]) => [make(K.linearShader(k, n, options)), make(K.tiledLinearShader(k, n, options))] as const
+    this.products = {
+      qkv: product(d, c.qDim + 2 * c.kvDim, { accumulate: false, rows: "info[0]" }),
+      o: product(c.qDim, d, { accumulate: true, rows: "info[0]" }),
+      gateUp: product(d, 2 * c.dFf, { accumulate: false, rows: "info[0]" }),
+      down: product(c.dFf, d, { accumulate: true, rows: "info[0]" }),
+      head: product(d, c.vocabSize, { accumulate: false, rows: "info[1]" })
+    }
+    this.tiledFrom = options.tiledFrom ?? TILED_FROM
     this.compiled = this.device.popErrorScope().then((e) => {
       if (e !== null) throw new Error(`the WebGPU decoder's shaders did not compile: ${e.message}`)
     })
@@ -329,25 +351,33 @@ export class WebGpuDecoder {
       size
     })
     const perRow = (width: number) => (M: number) => [Math.ceil(width / 256), M] as const
-    const linear = (outputs: number) => (M: number) => [Math.ceil(outputs / K.LINEAR_OUTPUTS), Math.ceil(M / K.LINEAR_ROW_TILE)] as const
+    /** A product over `rows` of the step (its rows M, or its chunks P): one of its two shaders runs. */
+    const linear = (pipelines: readonly [GPUComputePipeline, GPUComputePipeline], buffers: ReadonlyArray<GPUBuffer>, outputs: number, rows: (M: number, P: number) => number = (M) => M) => {
+      const tiled = (m: number) => m >= this.tiledFrom.rows && Math.ceil(m / K.TILE) * Math.ceil(outputs / K.TILE) >= this.tiledFrom.tiles
+      return [
+        dispatch(pipelines[0], buffers, (M, P) => (tiled(rows(M, P)) ? [0, 0] : [Math.ceil(outputs / K.LINEAR_OUTPUTS), Math.ceil(rows(M, P) / K.LINEAR_ROW_TILE)])),
+        dispatch(pipelines[1], buffers, (M, P) => (tiled(rows(M, P)) ? [Math.ceil(outputs / K.TILE), Math.ceil(rows(M, P) / K.TILE)] : [0, 0]))
+      ]
+    }
+    const q = this.products
     const H = c.nHeads
     const plan: Array<Dispatch> = [dispatch(p.embed, [w.embed, x], perRow(d))]
     w.layers.forEach((lw, l) => {
       plan.push(
         dispatch(p.norm, [x, lw.attnNorm, h], (M) => [M, 1]),
-        dispatch(p.qkv, [h, lw.qkv, lw.qkvBias, qkv], linear(QKV)),
+        ...linear(q.qkv, [h, lw.qkv, lw.qkvBias, qkv], QKV),
         dispatch(p.qkvPost, [qkv, lw.qNorm, lw.kNorm, this.rope, this.keys[l]!, this.values[l]!], (M) => [H + 2 * c.kvHeads, M]),
         dispatch(p.attention, [qkv, this.keys[l]!, this.values[l]!, att], (M) => [H, M]),
-        dispatch(p.o, [att, lw.o, lw.oBias, x], linear(d)),
+        ...linear(q.o, [att, lw.o, lw.oBias, x], d),
         dispatch(p.norm, [x, lw.mlpNorm, h], (M) => [M, 1]),
-        dispatch(p.gateUp, [h, lw.gateUp, this.zeros, gu], linear(2 * F)),
+        ...linear(q.gateUp, [h, lw.gateUp, this.zeros, gu], 2 * F),
         dispatch(p.swiglu, [gu, act], perRow(F)),
-        dispatch(p.down, [act, lw.down, this.zeros, x], linear(d))
+        ...linear(q.down, [act, lw.down, this.zeros, x], d)
       )
     })
     plan.push(
       dispatch(p.lastNorm, [x, w.norm, hl], (_, P) => [P, 1]),
-      dispatch(p.head, [hl, w.head, this.zeros, logits], (_, P) => linear(c.vocabSize)(P)),
+      ...linear(q.head, [hl, w.head, this.zeros, logits], c.vocabSize, (_, P) => P),
       dispatch(p.sample, [logits, draws], (_, __, D) => [D, 1])
     )
     return { rows, last, buffers: [x, h, qkv, att, gu, act, hl, logits, draws, info], info, logits, draws, plan }

@@ -112,6 +112,66 @@ var<workgroup> part : array<f32, ${256 * T}>;
 }`
 }
 
+/** Rows × outputs of the tile one `tiledLinear` workgroup computes (16 × 16 threads, 4 × 4 each). */
+export const TILE = 64
+
+/**
+ * `linear`'s product for many rows: a workgroup computes a 64 × 64 tile of out, each of its
+ * 16 × 16 threads 4 rows × 4 outputs (strided by 16, so neighbouring threads read neighbouring
+ * words), over K in slices of 16 staged in workgroup memory. Each weight is read once per 64 rows
+ * instead of once per 8, and each value read from workgroup memory feeds four multiply-adds;
+ * webgpuDecode.ts picks it where the step has rows enough to fill the device with tiles.
+ */
+export const tiledLinearShader = (K: number, N: number, options: { readonly accumulate: boolean; readonly rows: "info[0]" | "info[1]" }) => {
+  const K4 = K / 4
+  return `${header}
+@group(0) @binding(1) var<storage, read> a : array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> W : array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias : array<f32>;
+@group(0) @binding(4) var<storage, read_write> out : array<f32>;
+var<workgroup> sa : array<array<f32, ${TILE}>, 16>;
+var<workgroup> sw : array<array<f32, ${TILE}>, 16>;
+@compute @workgroup_size(16, 16) fn main(@builtin(local_invocation_id) lid : vec3<u32>, @builtin(workgroup_id) wid : vec3<u32>) {
+  let M = ${options.rows};
+  let m0 = wid.y * ${TILE}u;
+  let n0 = wid.x * ${TILE}u;
+  // each thread stages one vec4 of a's slice and one of W's: row t / 4, k-vec4 t % 4
+  let t = lid.y * 16u + lid.x;
+  let lr = t / 4u;
+  let lk = t % 4u;
+  var acc : array<vec4<f32>, 4>;
+  for (var k0 = 0u; k0 < ${K4}u; k0 += 4u) {
+    var av = vec4<f32>(0.0);
+    var wv = vec4<f32>(0.0);
+    if (k0 + lk < ${K4}u) {
+      if (m0 + lr < M) { av = a[(m0 + lr) * ${K4}u + k0 + lk]; }
+      if (n0 + lr < ${N}u) { wv = W[(n0 + lr) * ${K4}u + k0 + lk]; }
+    }
+    for (var c = 0u; c < 4u; c++) {
+      sa[lk * 4u + c][lr] = av[c];
+      sw[lk * 4u + c][lr] = wv[c];
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < 16u; kk++) {
+      let w = vec4<f32>(sw[kk][lid.x], sw[kk][lid.x + 16u], sw[kk][lid.x + 32u], sw[kk][lid.x + 48u]);
+      for (var i = 0u; i < 4u; i++) { acc[i] += sa[kk][lid.y + 16u * i] * w; }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let m = m0 + lid.y + 16u * i;
+    for (var j = 0u; j < 4u; j++) {
+      let n = n0 + lid.x + 16u * j;
+      if (m < M && n < ${N}u) {
+        let o = m * ${N}u + n;
+        let v = acc[i][j] + bias[n];
+        out[o] = ${options.accumulate ? "out[o] + v" : "v"};
+      }
+    }
+  }
+}`
+}
+
 /**
  * After the q/k/v product, per row and head (workgroup (head, row); heads q, then k, then v):
  * Qwen3's per-head RMSNorm of q and k when `qkNorm`, RoPE of q (in place) and of k, and k and v
