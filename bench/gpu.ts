@@ -100,7 +100,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   console.log("correctness", correctness)
   const reps = quick ? 1 : 3
   if (gpu && !quick) await warmUp(5)
-  const matmul = await orError(() => matmulBound({ gpu, reps: gpu ? 5 : reps }))
+  const matmul = await orError(() => matmulBound({ gpu, reps: gpu ? 5 : reps, quick }))
   const bandwidth = await orError(() => bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps }))
   const dispatch = await orError(() => dispatchCost({ reps }))
   console.log("bounds", { matmul, bandwidth, dispatch })

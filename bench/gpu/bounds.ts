@@ -58,9 +58,10 @@ export interface MatmulBound {
   readonly sizes: ReadonlyArray<{ readonly n: number; readonly gflops: number }>
 }
 
-export const matmulBound = async (options: { readonly gpu: boolean; readonly reps: number }): Promise<MatmulBound> => {
+export const matmulBound = async (options: { readonly gpu: boolean; readonly reps: number; readonly quick?: boolean }): Promise<MatmulBound> => {
   const sizes: Array<{ n: number; gflops: number }> = []
-  for (const n of options.gpu ? [1024, 2048, 4096] : [256, 512, 1024]) {
+  // a quick run off a GPU is a check of the logic: tfjs's cpu backend takes seconds for 1024³
+  for (const n of options.gpu ? [1024, 2048, 4096] : options.quick ? [128, 256, 512] : [256, 512, 1024]) {
     const a = tf.randomNormal([n, n]) as tf.Tensor2D
     const b = tf.randomNormal([n, n]) as tf.Tensor2D
     // on a GPU ~64 GFLOP queued per timed read, whatever the size (a CPU gets one product per read)

@@ -1,13 +1,13 @@
 /**
  * The decode path on WebGPU: the transformer's inference pass as ~9 compute shaders per layer
- * (webgpuKernels.ts) recorded straight onto the device tfjs runs on. tfjs spends 47–85 µs of CPU
- * to queue each of its ops on an H200 (bench/gpu), and a decoding step through tfjs ops queues
- * ~860 of them; here a step is one buffer write, ~9 × layers dispatches with pipelines and bind
- * groups made once, one submit and one read back. It is the one decode path on WebGPU.
+ * (webgpuKernels.ts, webgpuProducts.ts) recorded straight onto the device tfjs runs on. tfjs
+ * spends 47–85 µs of CPU to queue each of its ops on an H200 (bench/gpu), and a decoding step
+ * through tfjs ops queues ~860 of them; here a step is one buffer write, ~9 × layers dispatches
+ * with pipelines and bind groups made once, one submit and one read back. It is the one decode
+ * path on WebGPU.
  *
- *   weights     a copy per policy version in [out, in] layout: q/k/v concatenated, gate/up
- *               concatenated, the head (the embedding itself when tied), made by tfjs ops on the
- *               device from the model's variables (merged with LoRA adapters)
+ *   weights     a copy per policy version in [out, in] layout (webgpuWeights.ts), made by tfjs
+ *               ops on the device from the model's variables (merged with LoRA adapters)
  *   KV caches   a key and a value pool of rows per layer; a sequence's cache is a range of rows
  *               (kvRows.ts)
  *   a step      the chunks' new tokens as rows in chunk order; every row attends to its own
@@ -23,6 +23,8 @@ import { KvRows, type TensorChunk } from "./kvRows.js"
 import { type Pick, readDraw, type StepRow, type StepRows } from "./deviceDraw.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
 import * as K from "./webgpuKernels.js"
+import * as Products from "./webgpuProducts.js"
+import { type DeviceWeights, deviceWeights } from "./webgpuWeights.js"
 
 // GPUBufferUsage and GPUMapMode flags (fixed by the WebGPU spec).
 const MAP_READ = 0x1
@@ -37,56 +39,6 @@ export const webgpuDecodeUnsupported = (c: ModelConfig): string | undefined => {
   if (256 % hd4 !== 0) return `head_dim (${c.headDim}) must divide 1024`
   return undefined
 }
-
-/** One policy version's weights on the device, [out, in]; `refs` hold their memory. */
-interface DeviceWeights {
-  readonly embed: GPUBuffer
-  readonly layers: ReadonlyArray<Readonly<Record<"attnNorm" | "qkv" | "qkvBias" | "qNorm" | "kNorm" | "o" | "oBias" | "mlpNorm" | "gateUp" | "down", GPUBuffer>>>
-  readonly norm: GPUBuffer
-  readonly head: GPUBuffer
-  readonly refs: ReadonlyArray<tf.Tensor>
-}
-
-/** The weights as the shaders read them, made by tfjs ops from the parameters by name. */
-const deviceWeights = (c: ModelConfig, param: (name: string) => tf.Tensor): DeviceWeights => {
-  const refs: Array<tf.Tensor> = []
-  const buffer = (make: () => tf.Tensor): GPUBuffer => {
-    const t = tf.tidy(make)
-    try {
-      // small tensors may still live on the CPU (tfjs runs small ops there): upload first
-      ;(tf.backend() as unknown as { uploadToGPU(dataId: object): void }).uploadToGPU(t.dataId)
-      // a copy of the tensor's memory that tfjs keeps until `tensorRef` is disposed
-      const { tensorRef, buffer } = t.dataToGPU()
-      refs.push(tensorRef)
-      return buffer as GPUBuffer
-    } finally {
-      t.dispose()
-    }
-  }
-  const outIn = (...names: Array<string>) => buffer(() => tf.transpose(names.length === 1 ? param(names[0]!) : tf.concat(names.map(param), 1)))
-  const orZeros = (names: Array<string>, size: number) => buffer(() => (names.every((n) => hasParam(c, n)) ? tf.concat(names.map((n) => param(n).flatten())) : tf.zeros([size])))
-  const layers = Array.from({ length: c.nLayers }, (_, l) => {
-    const p = `layers.${l}`
-    const qkv = [`${p}.attn.wq`, `${p}.attn.wk`, `${p}.attn.wv`]
-    return {
-      attnNorm: buffer(() => tf.clone(param(`${p}.attn_norm.weight`))),
-      qkv: outIn(...qkv),
-      qkvBias: orZeros([`${p}.attn.bq`, `${p}.attn.bk`, `${p}.attn.bv`], c.qDim + 2 * c.kvDim),
-      qNorm: orZeros([`${p}.attn.q_norm.weight`], c.headDim),
-      kNorm: orZeros([`${p}.attn.k_norm.weight`], c.headDim),
-      o: outIn(`${p}.attn.wo`),
-      oBias: orZeros([`${p}.attn.bo`], c.dModel),
-      mlpNorm: buffer(() => tf.clone(param(`${p}.mlp_norm.weight`))),
-      gateUp: outIn(`${p}.mlp.w1`, `${p}.mlp.w3`),
-      down: outIn(`${p}.mlp.w2`)
-    }
-  })
-  const embed = buffer(() => tf.clone(param("tok_embeddings.weight")))
-  const head = c.tieEmbeddings ? embed : outIn("lm_head.weight")
-  return { embed, layers, norm: buffer(() => tf.clone(param("norm.weight"))), head, refs }
-}
-
-const hasParam = (c: ModelConfig, name: string) => name in parameterShapes(c)
 
 /** When a product runs `tiledLinear` rather than `linear`: at least this many rows and tiles. */
 export interface TiledFrom {
@@ -178,7 +130,7 @@ export class WebGpuDecoder {
       swiglu: make(K.swigluShader(c.dFf)),
       sample: make(K.sampleShader(c.vocabSize))
     }
-    const product = (k: number, n: number, options: Parameters<typeof K.linearShader>[2]) => [make(K.linearShader(k, n, options)), make(K.tiledLinearShader(k, n, options))] as const
+    const product = (k: number, n: number, options: Parameters<typeof Products.linearShader>[2]) => [make(Products.linearShader(k, n, options)), make(Products.tiledLinearShader(k, n, options))] as const
     this.products = {
       qkv: product(d, c.qDim + 2 * c.kvDim, { accumulate: false, rows: "info[0]" }),
       o: product(c.qDim, d, { accumulate: true, rows: "info[0]" }),
@@ -353,10 +305,10 @@ export class WebGpuDecoder {
     const perRow = (width: number) => (M: number) => [Math.ceil(width / 256), M] as const
     /** A product over `rows` of the step (its rows M, or its chunks P): one of its two shaders runs. */
     const linear = (pipelines: readonly [GPUComputePipeline, GPUComputePipeline], buffers: ReadonlyArray<GPUBuffer>, outputs: number, rows: (M: number, P: number) => number = (M) => M) => {
-      const tiled = (m: number) => m >= this.tiledFrom.rows && Math.ceil(m / K.TILE) * Math.ceil(outputs / K.TILE) >= this.tiledFrom.tiles
+      const tiled = (m: number) => m >= this.tiledFrom.rows && Math.ceil(m / Products.TILE) * Math.ceil(outputs / Products.TILE) >= this.tiledFrom.tiles
       return [
-        dispatch(pipelines[0], buffers, (M, P) => (tiled(rows(M, P)) ? [0, 0] : [Math.ceil(outputs / K.LINEAR_OUTPUTS), Math.ceil(rows(M, P) / K.LINEAR_ROW_TILE)])),
-        dispatch(pipelines[1], buffers, (M, P) => (tiled(rows(M, P)) ? [Math.ceil(outputs / K.TILE), Math.ceil(rows(M, P) / K.TILE)] : [0, 0]))
+        dispatch(pipelines[0], buffers, (M, P) => (tiled(rows(M, P)) ? [0, 0] : [Math.ceil(outputs / Products.LINEAR_OUTPUTS), Math.ceil(rows(M, P) / Products.LINEAR_ROW_TILE)])),
+        dispatch(pipelines[1], buffers, (M, P) => (tiled(rows(M, P)) ? [Math.ceil(outputs / Products.TILE), Math.ceil(rows(M, P) / Products.TILE)] : [0, 0]))
       ]
     }
     const q = this.products
