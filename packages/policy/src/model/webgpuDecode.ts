@@ -130,7 +130,7 @@ export class WebGpuDecoder {
       swiglu: make(K.swigluShader(c.dFf)),
       sample: make(K.sampleShader(c.vocabSize))
     }
-    const product = (k: number, n: number, options: Parameters<typeof Products.linearShader>[2]) => [make(Products.linearShader(k, n, options)), make(Products.tiledLinearShader(k, n, options))] as const
+    const product = (k: number, n: number, options: Products.ProductOptions) => [make(Products.linearShader(k, n, options)), make(Products.tiledLinearShader(k, n, options))] as const
     this.products = {
       qkv: product(d, c.qDim + 2 * c.kvDim, { accumulate: false, rows: "info[0]" }),
       o: product(c.qDim, d, { accumulate: true, rows: "info[0]" }),

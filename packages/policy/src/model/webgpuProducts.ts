@@ -5,6 +5,19 @@
  */
 import { header } from "./webgpuKernels.js"
 
+/** Whether a product adds to `out` (the residual) or writes it; which rows it covers (all, or the head's). */
+export interface ProductOptions {
+  readonly accumulate: boolean
+  readonly rows: "info[0]" | "info[1]"
+}
+
+/** Both shaders' bindings: the step's info, activations a [M, K], weights W [N, K], bias, out [M, N]. */
+const bindings = `${header}
+@group(0) @binding(1) var<storage, read> a : array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> W : array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias : array<f32>;
+@group(0) @binding(4) var<storage, read_write> out : array<f32>;`
+
 /** Rows of activations one `linear` workgroup multiplies by the weights it reads. */
 export const LINEAR_ROW_TILE = 8
 /** Output features per `linear` workgroup (64 lanes each). */
@@ -16,14 +29,10 @@ export const LINEAR_OUTPUTS = 4
  * 8 rows of a; the lanes of a row are summed by a tree. Reading the weights dominates at the
  * batch sizes of decoding, and each weight is read once per 8 rows.
  */
-export const linearShader = (K: number, N: number, options: { readonly accumulate: boolean; readonly rows: "info[0]" | "info[1]" }) => {
+export const linearShader = (K: number, N: number, options: ProductOptions) => {
   const K4 = K / 4
   const T = LINEAR_ROW_TILE
-  return `${header}
-@group(0) @binding(1) var<storage, read> a : array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> W : array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> bias : array<f32>;
-@group(0) @binding(4) var<storage, read_write> out : array<f32>;
+  return `${bindings}
 var<workgroup> part : array<f32, ${256 * T}>;
 @compute @workgroup_size(256) fn main(@builtin(local_invocation_index) t : u32, @builtin(workgroup_id) wid : vec3<u32>) {
   let lane = t % 64u;
@@ -65,13 +74,9 @@ export const TILE = 64
  * instead of once per 8, and each value read from workgroup memory feeds four multiply-adds;
  * webgpuDecode.ts picks it where the step has rows enough to fill the device with tiles.
  */
-export const tiledLinearShader = (K: number, N: number, options: { readonly accumulate: boolean; readonly rows: "info[0]" | "info[1]" }) => {
+export const tiledLinearShader = (K: number, N: number, options: ProductOptions) => {
   const K4 = K / 4
-  return `${header}
-@group(0) @binding(1) var<storage, read> a : array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> W : array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> bias : array<f32>;
-@group(0) @binding(4) var<storage, read_write> out : array<f32>;
+  return `${bindings}
 var<workgroup> sa : array<array<f32, ${TILE}>, 16>;
 var<workgroup> sw : array<array<f32, ${TILE}>, 16>;
 @compute @workgroup_size(16, 16) fn main(@builtin(local_invocation_id) lid : vec3<u32>, @builtin(workgroup_id) wid : vec3<u32>) {
