@@ -1,6 +1,7 @@
 /**
  * Before any test: brings the compiled packages (dist/) up to date with the sources, because the
- * `reins` processes the tests start run compiled, as installed (see reinsEnv in reinsCli.ts).
+ * tests import them and the `reins` processes they start run them, as installed (see
+ * vitest.config.ts and reinsEnv in reinsCli.ts).
  * `tsc -b` is incremental: a second or two when nothing changed, as after `npm install`.
  */
 import { execFileSync } from "node:child_process"

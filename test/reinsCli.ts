@@ -10,8 +10,9 @@ const children = new Set<ChildProcess>()
 
 /**
  * The environment of a `reins` child: the test's, with `extra`, minus the `reins-source`
- * condition. The CLI then runs compiled (dist/, rebuilt before the tests by test/globalSetup.ts),
- * as a user runs it — and starts ~1 s faster than through tsx, which adds up over the suite.
+ * condition (set when the tests run from sources, REINS_TEST_SOURCES=1). The CLI then runs
+ * compiled (dist/, rebuilt before the tests by test/globalSetup.ts), as a user runs it — and
+ * starts ~1 s faster than through tsx, which adds up over the suite.
  */
 export const reinsEnv = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => {
   const env = { ...process.env, ...extra }

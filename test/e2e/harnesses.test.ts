@@ -23,7 +23,7 @@ describe("end to end through the example harnesses", () => {
       const reins = yield* startReins(tempRun(run, dir))
       yield* Effect.forkScoped(Stream.runForEach(reins.events, (e) => Effect.sync(() => void events.push(e))))
       const base = yield* reins.version
-      const summary = yield* reins.train(trainerConfig({ batch_groups: 2, group_size: 6, async_groups: 3, max_versions: 2, lr: 3e-4, std_scaling: true, checkpoint_every: 0 }))
+      const summary = yield* reins.train(trainerConfig({ batch_groups: 2, group_size: 6, async_groups: 2, max_versions: 2, lr: 3e-4, std_scaling: true, checkpoint_every: 0 }))
       expect(summary.versions).toBe(2)
       expect(yield* reins.version).toBe(base + 2)
       const versions = events.flatMap((e) => (e._tag === "Version" ? [e.metrics] : []))

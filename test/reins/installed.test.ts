@@ -31,9 +31,9 @@ const project = join(dir, "project")
 const children = new Set<ChildProcess>()
 
 /**
- * The environment of everything this test starts: the tests' own `--conditions=reins-source`
- * (which makes reins run from its TypeScript sources) removed, so the installed, compiled packages
- * run as they would for a user.
+ * The environment of everything this test starts: `--conditions=reins-source` (which makes reins
+ * run from its TypeScript sources, set when the tests do: REINS_TEST_SOURCES=1) removed, so the
+ * installed, compiled packages run as they would for a user.
  */
 const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => {
   const e: NodeJS.ProcessEnv = { ...process.env, ...extra }
