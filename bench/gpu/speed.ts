@@ -99,7 +99,7 @@ const measureEngine = async (model: Transformer, s: Settings, decoder: DecoderKi
           const started = performance.now()
           const v = rate(await Effect.runPromise(engineRun(engine, n, prompt, newTokens, vocab)))
           if (r >= s.warmups) fastest = Math.max(fastest, v)
-          // A slow backend gets one measured run after the warm-up, so the check ends in its time.
+          // A slow backend gets one measured run (after any warm-up), so the check ends in its time.
           if (performance.now() - started > SLOW_RUN_MS && r >= s.warmups) break
         }
         return fastest
