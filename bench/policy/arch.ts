@@ -22,12 +22,14 @@
  *                  (CPU), at each thread count; same bandwidth bound as decode, 1
  *
  * Before any weight is written the production check (`readModelConfig` + `wasmMisfit`, as the
- * device runs it) decides whether the model fits the wasm heap; one that does not gets its rows
- * reported as not fitting, and only the llama.cpp anchor runs.
+ * device runs it) decides whether the model fits the wasm heap, for serving alone (products in
+ * place where XNNPACK's packed copies would not fit: gemmKernel.ts) and for LoRA training; rows
+ * of what does not fit are reported as not fitting, and the llama.cpp anchor runs regardless.
  */
 import {
   ChatTemplate,
   decodeHfConfig,
+  defaultGemm,
   forwardFlops,
   GenerationConfig,
   type HfModelConfig,
@@ -70,21 +72,22 @@ export interface ArchOptions {
   readonly layers?: number
 }
 
-/** Everything measured on the wasm (tfjs) side for a model that fits. */
-const measureWasm = async (dir: string, c: ModelConfig, s: Settings) => {
+/** Everything measured on the wasm (tfjs) side for a model that fits for serving; training only where it fits too. */
+const measureWasm = async (dir: string, c: ModelConfig, s: Settings, trains: boolean) => {
   const file = path.join(dir, "model.safetensors")
   const fileBytes = (await fs.stat(file)).size
-  let t = performance.now()
-  const { model } = await Effect.runPromise(loadModel(dir))
-  const loadS = (performance.now() - t) / 1000
-  const readGbps = await fileReadGbps(file, 2)
-  const touchGbps = firstTouchGbps(256)
+  // The bounds first: their products' packed copies are freed before the model takes the heap.
   const trainRows = Math.min(s.trainRows * s.trainSeq, 512)
   const rates = {
     prefill: modelMatmulRate(c, s.prefill, 1, s.matmulReps),
     batch: modelMatmulRate(c, BATCH, BATCH, s.matmulReps),
     train: modelMatmulRate(c, trainRows, trainRows, s.matmulReps)
   }
+  let t = performance.now()
+  const { model } = await Effect.runPromise(loadModel(dir))
+  const loadS = (performance.now() - t) / 1000
+  const readGbps = await fileReadGbps(file, 2)
+  const touchGbps = firstTouchGbps(256)
   console.log("bounds", { readGbps, touchGbps, rates: Object.fromEntries(Object.entries(rates).map(([k, r]) => [k, r.gflops])) })
   t = performance.now()
   const gen = await Effect.runPromise(
@@ -92,6 +95,7 @@ const measureWasm = async (dir: string, c: ModelConfig, s: Settings) => {
       Effect.gen(function* () {
         const engine = yield* makeEngine({ model, stopIds: [], maxBatch: BATCH })
         const engineS = (performance.now() - t) / 1000
+        const gemm = defaultGemm(c)
         const v = c.vocabSize
         let prefillS = Infinity, decode1 = 0, decode16 = 0
         // The first run of each is a warm-up (JIT, XNNPACK weight packing, first touch of the caches).
@@ -104,14 +108,17 @@ const measureWasm = async (dir: string, c: ModelConfig, s: Settings) => {
           decode1 = Math.max(decode1, one.decodeTokPerS)
           decode16 = Math.max(decode16, many.decodeTokPerS)
         }
-        return { engineS, prefillTokPerS: s.prefill / prefillS, decode1, decode16 }
+        return { engineS, gemm, prefillTokPerS: s.prefill / prefillS, decode1, decode16 }
       })
     )
   )
   console.log("engine", gen)
-  model.attachLora(LORA, initAdapters(c, LORA, 0))
-  const train = await measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4 })
-  console.log("train", train)
+  let train: Awaited<ReturnType<typeof measureTrain>> | undefined
+  if (trains) {
+    model.attachLora(LORA, initAdapters(c, LORA, 0))
+    train = await measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4 })
+    console.log("train", train)
+  }
   model.dispose()
   return { fileBytes, loadS, readGbps, touchGbps, rates, gen, train }
 }
@@ -161,19 +168,20 @@ export const runArch = async (options: ArchOptions): Promise<void> => {
     // The production check, from config.json alone (as the device runs it before reading weights).
     await fs.writeFile(path.join(dir, "config.json"), JSON.stringify(json, null, 2))
     const checked = await Effect.runPromise(readModelConfig(dir))
-    const misfit = backend === "wasm" ? wasmMisfit(checked, { lora: true }) : undefined
-    console.log(`${arch.title}: ${(need.parameters / 1e6).toFixed(1)}M parameters, backend ${backend}${misfit === undefined ? "" : `; ${misfit}`}`)
+    const misfit = backend === "wasm" ? wasmMisfit(checked, { lora: false, serveOnly: true }) : undefined
+    const trainMisfit = backend === "wasm" ? wasmMisfit(checked, { lora: true }) : undefined
+    console.log(`${arch.title}: ${(need.parameters / 1e6).toFixed(1)}M parameters, backend ${backend}${misfit === undefined ? "" : `; ${misfit}`}${trainMisfit === undefined ? "" : `; LoRA training: ${trainMisfit}`}`)
 
     const files = await writeFiles(dir, arch, hf, misfit === undefined)
     const { initS, ggufS, ggufBytes, writeS } = files
     console.log("files", { initS, ggufS, ggufBytes, writeS })
-    const wasm = misfit === undefined ? await measureWasm(dir, c, s) : undefined
+    const wasm = misfit === undefined ? await measureWasm(dir, c, s, trainMisfit === undefined) : undefined
     // After the model is gone (the tfjs probe's memory would otherwise be reused by the load).
     const bandwidth = memoryBandwidth(s.bandwidthMib, 3)
     console.log("bandwidth", bandwidth)
     const anchor = await llamaCppDecode(files.gguf, { threads: options.threads, prompt: s.prompt, newTokens: s.anchorTokens, context: s.context, vocab: c.vocabSize, reps: s.reps })
     console.log("llama.cpp", anchor)
-    report({ options, s, c, need, misfit, backend, initS, ggufS, ggufBytes, writeS, bandwidth, wasm, anchor, loadBefore })
+    report({ options, s, c, need, misfit, trainMisfit, backend, initS, ggufS, ggufBytes, writeS, bandwidth, wasm, anchor, loadBefore })
   } finally {
     await fs.rm(dir, { recursive: true, force: true })
   }
@@ -182,7 +190,7 @@ export const runArch = async (options: ArchOptions): Promise<void> => {
 type Measured = Awaited<ReturnType<typeof measureWasm>>
 
 const report = (r: {
-  options: ArchOptions; s: Settings; c: ModelConfig; need: ReturnType<typeof memoryNeed>; misfit: string | undefined; backend: string
+  options: ArchOptions; s: Settings; c: ModelConfig; need: ReturnType<typeof memoryNeed>; misfit: string | undefined; trainMisfit: string | undefined; backend: string
   initS: number; ggufS: number; ggufBytes: number; writeS: number | undefined; bandwidth: Bandwidth; wasm: Measured | undefined
   anchor: Awaited<ReturnType<typeof llamaCppDecode>>; loadBefore: Array<number>
 }) => {
@@ -193,7 +201,7 @@ const report = (r: {
   const ctxAnchor = s.prompt + s.anchorTokens / 2
   const ctx16 = s.prompt + s.decode16 / 2
   const trainTokens = s.trainRows * s.trainSeq
-  const fitsNot = `does not fit on wasm: needs ${(r.need.servingBytes / GIB).toFixed(1)} GiB`
+  const fitsNot = (bytes: number) => `does not fit on wasm: needs ${(bytes / GIB).toFixed(1)} GiB`
   interface Row { readonly label: string; readonly measure: string; readonly unit: string; readonly measured: number | undefined; readonly bound: number; readonly fraction: number; readonly goal: boolean }
   const row = (label: string, measure: string, unit: string, measured: number | undefined, bound: number, goal = true): Row => ({
     label, measure, unit, measured, bound, goal, fraction: measured === undefined ? NaN : unit === "s" ? bound / measured : measured / bound
@@ -203,13 +211,13 @@ const report = (r: {
     row("prefill", `prefill, ${s.prefill}-token prompt`, "tok/s", wasm?.gen.prefillTokPerS, (wasm?.rates.prefill.gflops ?? NaN) * 1e9 / (prefillFlops(c, s.prefill) / s.prefill)),
     row("decode ×1", "decode, 1 sequence", "tok/s", wasm?.gen.decode1, bandwidthBound(c, gbps, 1, ctx1)),
     row(`decode ×${BATCH}`, `decode, ${BATCH} sequences`, "tok/s", wasm?.gen.decode16, (wasm?.rates.batch.gflops ?? NaN) * 1e9 / forwardFlops(c, 1, ctx16)),
-    row("LoRA train", `LoRA train step, ${s.trainRows}×${s.trainSeq} tokens`, "tok/s", wasm === undefined ? undefined : trainTokens / wasm.train.seconds, (wasm?.rates.train.gflops ?? NaN) * 1e9 / (loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens)),
+    row("LoRA train", `LoRA train step, ${s.trainRows}×${s.trainSeq} tokens`, "tok/s", wasm?.train === undefined ? undefined : trainTokens / wasm.train.seconds, (wasm?.rates.train.gflops ?? NaN) * 1e9 / (loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens)),
     ...anchor.runs.map((a) => row(`llama.cpp ×1, ${a.threads}t`, `llama.cpp decode, 1 sequence, ${a.threads} thread(s)`, "tok/s", a.decodeTokPerS, bandwidthBound(c, gbps, 1, ctxAnchor), false))
   ]
   const cell = (v: number) => (Number.isFinite(v) ? v : "—")
   const table = rows.map((x) => [
     x.measure,
-    x.measured === undefined ? fitsNot : x.measured,
+    x.measured === undefined ? fitsNot(x.label === "LoRA train" ? r.need.servingBytes : r.need.inPlaceServingBytes) : x.measured,
     x.unit,
     cell(x.bound),
     cell(x.fraction),
@@ -222,7 +230,7 @@ const report = (r: {
     name,
     json: {
       arch: arch.id, backend: r.backend, parameters: r.need.parameters, config: arch.hfConfig, bench_context: s.context, layers: c.nLayers, settings: s,
-      wasm_misfit: r.misfit ?? null, serving_bytes: r.need.servingBytes,
+      wasm_misfit: r.misfit ?? null, wasm_lora_training_misfit: r.trainMisfit ?? null, serving_bytes: r.need.inPlaceServingBytes, lora_training_bytes: r.need.servingBytes,
       rows: rows.map((x) => ({ ...x, measured: x.measured ?? null, met: x.goal && x.measured !== undefined ? x.fraction >= GOAL : null })),
       files: { init_s: r.initS, gguf_s: r.ggufS, gguf_bytes: r.ggufBytes, safetensors_write_s: r.writeS ?? null },
       bandwidth: r.bandwidth, weight_bytes: weightBytes(c),
@@ -239,10 +247,12 @@ const report = (r: {
     notes: [
       `${arch.title} (${arch.hfConfig["architectures"]}): ${(r.need.parameters / 1e6).toFixed(1)}M parameters, vocab ${c.vocabSize}, ${c.nLayers} layers, random weights in F32; context cut to ${s.context} for the bench. Backend ${r.backend}${r.backend === "wasm" ? " (single-threaded)" : ""}.`,
       ...(r.misfit === undefined ? [] : [`Not run on wasm — the production check says: ${r.misfit}.`]),
+      ...(r.misfit !== undefined || r.trainMisfit === undefined ? [] : [`LoRA training not run on wasm — the production check says: ${r.trainMisfit}.`]),
+      ...(wasm === undefined ? [] : [`Decoder products: ${wasm.gen.gemm === "heap" ? "in place on the wasm heap (gemmKernel.ts: XNNPACK's packed copies of the weights would not fit)" : `${wasm.gen.gemm} (tfjs's matmul)`}.`]),
       `Bounds, measured in this run: read bandwidth ${gbps.toFixed(1)} GB/s (the best of ${Object.entries(r.bandwidth.probes).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(", ")})${wasm === undefined ? "" : `; file read ${wasm.readGbps.toFixed(1)} GB/s into touched memory and first touch of fresh memory ${wasm.touchGbps.toFixed(2)} GB/s (the load bound: the file's bytes read once into fresh memory); tfjs matmul at the model's shapes ${wasm.rates.prefill.gflops.toFixed(1)} GFLOP/s (prefill rows), ${wasm.rates.batch.gflops.toFixed(1)} (${BATCH} rows), ${wasm.rates.train.gflops.toFixed(1)} (training rows)`}.`,
       `Decode bound, 1 sequence: bandwidth / ${((weightBytes(c) + kvBytes(c, ctx1)) / 1e6).toFixed(0)} MB read per token (the F32 weights, and the KV cache at mean context ${ctx1}). Decode bound, ${BATCH} sequences: matmul rate / forwardFlops per token; bandwidth alone would allow ${bandwidthBound(c, gbps, BATCH, ctx16).toFixed(0)} tok/s.`,
-      ...(wasm === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): one micro-batch of ${s.trainRows} row(s) × ${s.trainSeq} tokens, median of ${s.trainSteps} step(s) after a warm-up; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`,
-      `Engine: ${s.prompt}-token prompts, ${s.decode1} (1 sequence) and ${s.decode16} (${BATCH} sequences) sampled tokens, best of ${s.reps} after a warm-up run; decode tok/s counts the tokens after every sequence's first, over the time after it.`]),
+      ...(wasm?.train === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): one micro-batch of ${s.trainRows} row(s) × ${s.trainSeq} tokens, median of ${s.trainSteps} step(s) after a warm-up; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`]),
+      ...(wasm === undefined ? [] : [`Engine: ${s.prompt}-token prompts, ${s.decode1} (1 sequence) and ${s.decode16} (${BATCH} sequences) sampled tokens, best of ${s.reps} after a warm-up run; decode tok/s counts the tokens after every sequence's first, over the time after it.`]),
       `llama.cpp: node-llama-cpp ${anchor.version} (llama.cpp release ${anchor.llamaCppRelease}, prebuilt CPU binary, gpu: false), the same weights as an F32 GGUF file (${(r.ggufBytes / 1e9).toFixed(2)} GB), loaded in ${anchor.loadS.toFixed(2)} s; ${s.prompt}-token prompt, ${s.anchorTokens} greedy tokens, best of ${s.reps} after a warm-up; prefill ${anchor.runs.map((a) => `${a.prefillTokPerS.toFixed(0)} tok/s at ${a.threads} thread(s)`).join(", ")}.${wasm === undefined ? "" : ` reins decode (1 sequence) / best llama.cpp: ${(wasm.gen.decode1 / anchorBest).toFixed(2)}.`}`,
       `The machine: load average ${r.loadBefore[0]!.toFixed(1)} before and ${os.loadavg()[0]!.toFixed(1)} after, ${os.cpus().length} cores.${r.options.quick ? " QUICK RUN: tiny token counts, a smoke check, not a measurement." : ""}`
     ]

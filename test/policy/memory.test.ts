@@ -2,10 +2,11 @@
  * Models too large for the wasm heap fail before any weight is read, with what they need and
  * what can hold them: Qwen3-0.6B's real config (no weights in the directory, so a device that
  * read on would fail on the missing file instead) through a real device worker, and the
- * estimate's arithmetic on SmolLM2-135M (fits) and Qwen3-0.6B (does not, even with LoRA).
+ * estimate's arithmetic on SmolLM2-135M (fits) and Qwen3-0.6B (fits for serving alone, with
+ * products in place; not for training, even with LoRA).
  */
 import { expect, it } from "@effect/vitest"
-import { decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, memoryNeed, wasmMisfit } from "@reins/policy"
+import { decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, memoryNeed, wasmMisfit, wasmPacksWeights } from "@reins/policy"
 import { ActorSystem } from "@reins/runtime"
 import { Cause, Effect, Exit, Layer } from "effect"
 import * as fs from "node:fs"
@@ -29,15 +30,36 @@ const SMOLLM2_135M = {
 }
 
 describe("the wasm heap", () => {
-  it("SmolLM2-135M fits for full training; Qwen3-0.6B fits for neither, and the message says why", () => {
+  it("SmolLM2-135M fits for full training; Qwen3-0.6B for serving alone, and the message says why not for training", () => {
     const smol = decodeHfConfig(SMOLLM2_135M).config
     expect(Math.round(memoryNeed(smol).parameters / 1e6)).toBe(135) // published: 134.5M
     expect(wasmMisfit(smol, { lora: false })).toBeUndefined()
+    expect(wasmPacksWeights(smol)).toBe(true) // its decoder keeps tfjs's (faster) matmul
     const qwen = decodeHfConfig(QWEN3_06B).config
-    expect(Math.round(memoryNeed(qwen).parameters / 1e6)).toBe(596) // published: 0.6B (0.44B without embeddings)
-    expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 4\.4 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use the tensorflow backend \(REINS_BACKEND=tensorflow .*or train LoRA adapters/)
-    expect(wasmMisfit(qwen, { lora: true })).toMatch(/serving it \(with LoRA adapters\) needs at least 4\.4 GiB/)
+    const need = memoryNeed(qwen)
+    expect(Math.round(need.parameters / 1e6)).toBe(596) // published: 0.6B (0.44B without embeddings)
+    // In place: the weights once, the fused q/k/v (28 × 1024 × 4096) and the tied head's transpose (151936 × 1024).
+    expect(need.inPlaceServingBytes).toBe((need.parameters + 28 * 1024 * 4096 + 151936 * 1024) * 4)
+    expect(wasmMisfit(qwen, { lora: false, serveOnly: true })).toBeUndefined()
+    expect(wasmPacksWeights(qwen)).toBe(false)
+    expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 3\.2 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use the tensorflow backend \(REINS_BACKEND=tensorflow .*or train LoRA adapters/)
+    expect(wasmMisfit(qwen, { lora: true })).toMatch(/serving it while training LoRA adapters \(serving alone: 3\.2 GiB\) needs at least 4\.4 GiB/)
+    // A model too large to serve at all says so, without suggesting LoRA.
+    const big = decodeHfConfig({ ...QWEN3_06B, num_hidden_layers: 56 }).config
+    const refusal = wasmMisfit(big, { lora: false, serveOnly: true })
+    expect(refusal).toMatch(/serving it needs at least 5\.\d GiB of the wasm backend's 4\.0 GiB heap\. Use the tensorflow backend/)
+    expect(refusal).not.toMatch(/LoRA/)
   })
+
+  it.effect("a device that only serves reads such a model on (and fails on the first missing file, naming it)", () =>
+    Effect.gen(function*() {
+      const dir = path.join(tmp, "qwen3-0.6b-serve")
+      fs.mkdirSync(dir)
+      fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify(QWEN3_06B))
+      const error = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm", serveOnly: true })))
+      expect(error.message).not.toMatch(/heap/)
+      expect(error.message).toMatch(/cannot read .*qwen3-0\.6b-serve\/tokenizer\.json/)
+    }), 60_000)
 
   it.effect("a device refuses such a model before reading its weights", () =>
     Effect.gen(function*() {

@@ -58,7 +58,12 @@ const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
 const matchesDtype = (t: TensorEntry): boolean =>
   t.dtype === "F32" ? t.data instanceof Float32Array : t.dtype === "I32" ? t.data instanceof Int32Array : t.data instanceof Uint16Array
 
-const sha256 = (bytes: Uint8Array): string => createHash("sha256").update(bytes).digest("hex")
+/** SHA-256 in pieces: one `update` takes at most 2 GiB, and a 0.6 B-parameter model's F32 data is 2.4 GB. */
+const sha256 = (bytes: Uint8Array): string => {
+  const hash = createHash("sha256")
+  for (let i = 0; i < bytes.length; i += SCAN_CHUNK) hash.update(bytes.subarray(i, i + SCAN_CHUNK))
+  return hash.digest("hex")
+}
 
 /** Serializes tensors (and string metadata) to safetensors bytes. */
 export const encodeSafetensors = (tensors: Readonly<Record<string, TensorEntry>>, metadata: Readonly<Record<string, string>> = {}): Uint8Array => {

@@ -46,6 +46,11 @@ export interface DeviceOptions {
    * sequences at once; requests wait for room.
    */
   readonly kvBytes?: number
+  /**
+   * Serve only (`reins serve`): the model must fit the backend for serving alone, and where it
+   * would not fit for training too, Train and Score fail saying why.
+   */
+  readonly serveOnly?: boolean
   /** Train LoRA adapters (PEFT's meaning) instead of every weight; plain data, it crosses to the worker. */
   readonly lora?: { readonly rank: number; readonly alpha: number; readonly dropout?: number; readonly targets?: ReadonlyArray<string> }
 }

@@ -67,7 +67,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
     /** A model too large for the wasm heap, or of sizes WebGPU's shaders do not take, fails saying why. */
     const refuse = (config: ModelConfig) => {
-      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined }) : backend === "webgpu" ? webgpuRefusal(config) : undefined
+      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined, serveOnly: options.serveOnly === true }) : backend === "webgpu" ? webgpuRefusal(config) : undefined
       return refusal === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `${options.modelDir}: ${refusal}` }))
     }
     // Before any weight is read; a default policy not yet written is checked once it is.
@@ -76,6 +76,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const policy = yield* loadPolicy(options)
     if (!written) yield* refuse(policy.config)
     const model = Transformer.fromWeights(policy.config, policy.weights)
+    /** A serving-only device whose model would not fit for the training pass: Train and Score fail with this. */
+    const trainingRefusal = options.serveOnly === true && backend === "wasm" ? wasmMisfit(policy.config, { lora: options.lora !== undefined }) : undefined
+    const refuseTraining = (what: string) =>
+      trainingRefusal === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `${what}: this device only serves ${options.modelDir}, which fits the wasm backend for that alone: ${trainingRefusal}` }))
     const lora = options.lora === undefined ? undefined : yield* Effect.try({
       try: () => {
         const config = new LoraConfig(options.lora as ConstructorParameters<typeof LoraConfig>[0])
@@ -199,9 +203,9 @@ export const deviceHandlers = (options: DeviceOptions) =>
           clock.setPaused(false)
           return engine.resume
         }),
-      Train: (request) => exclusive(timedTrain(request)),
+      Train: (request) => Effect.zipRight(refuseTraining("Train"), exclusive(timedTrain(request))),
       Score: ({ sequences }) =>
-        exclusive(Effect.tryPromise({
+        Effect.zipRight(refuseTraining("Score"), exclusive(Effect.tryPromise({
           try: async () => {
             sequences.forEach((tokens, i) => {
               checkIds(tokens, model.config.vocabSize, `Score: sequence ${i}`)
@@ -217,7 +221,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
             return new ScoreResult({ version, logprobs: scored })
           },
           catch: asDeviceError("Score")
-        })),
+        }))),
       GetWeights: () => exclusive(Effect.sync(() => weightsMessage(model, version))),
       SetWeights: (message) =>
         exclusive(Effect.gen(function*() {

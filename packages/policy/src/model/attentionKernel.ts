@@ -14,32 +14,10 @@
  * Addresses and lengths are in bytes; strides and lengths must be multiples of 16 (4 floats).
  */
 
-/** Byte encoding helpers. */
-const leb = (n: number): Array<number> => {
-  const out: Array<number> = []
-  do {
-    let b = n & 0x7f
-    n >>>= 7
-    if (n !== 0) b |= 0x80
-    out.push(b)
-  } while (n !== 0)
-  return out
-}
-const str = (s: string) => [...leb(s.length), ...new TextEncoder().encode(s)]
-const section = (id: number, body: Array<number>) => [id, ...leb(body.length), ...body]
-const vec = (items: Array<Array<number>>) => [...leb(items.length), ...items.flat()]
-
-// Opcodes.
-const BLOCK = 0x02, LOOP = 0x03, END = 0x0b, BR_IF = 0x0d, VOID = 0x40
-const GET = 0x20, SET = 0x21, TEE = 0x22
-const I32 = 0x7f, V128 = 0x7b
-const I32_CONST = 0x41, I32_ADD = 0x6a, I32_SHL = 0x74, I32_LT_U = 0x49, I32_EQZ = 0x45
-const F32_LOAD = [0x2a, 2, 0], F32_STORE = [0x38, 2, 0], F32_ADD = 0x92
-const SIMD = 0xfd
-const V128_LOAD = [SIMD, 0x00, 2, 0], V128_STORE = [SIMD, 0x0b, 2, 0]
-const V128_ZERO = [SIMD, 0x0c, ...new Array<number>(16).fill(0)]
-const F32X4_SPLAT = [SIMD, 0x13], F32X4_ADD = [SIMD, ...leb(0xe4)], F32X4_MUL = [SIMD, ...leb(0xe6)]
-const lane = (i: number) => [SIMD, 0x1f, i]
+import {
+  BLOCK, BR_IF, END, F32_ADD, F32_LOAD, F32_STORE, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, GET, HEADER, I32, I32_ADD, I32_CONST,
+  I32_EQZ, I32_LT_U, I32_SHL, lane, leb, LOOP, section, SET, str, TEE, V128, V128_LOAD, V128_STORE, V128_ZERO, vec, VOID, voidType
+} from "./wasmAssembly.js"
 
 // Parameters of both functions: (a, b, rows, stride, len, out); locals: r, t, row pointer, acc/weight.
 const [A, B, ROWS, STRIDE, LEN, OUT, R, T, ROW, ACC] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
@@ -84,7 +62,7 @@ const dotRowsBody = [
 ]
 
 /** out[t] = Σ_r a[r]·row_r[t]: probabilities against `rows` values (out zeroed first). */
-const axpyRowsBody = [
+export const axpyRowsBody = [
   ...LOCALS,
   I32_CONST, 0, SET, T,
   LOOP, VOID,
@@ -106,8 +84,8 @@ const axpyRowsBody = [
 
 const kernelBytes = (): Uint8Array =>
   new Uint8Array([
-    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    ...section(1, vec([[0x60, ...vec([[I32], [I32], [I32], [I32], [I32], [I32]]), 0]])), // (i32 ×6) → ()
+    ...HEADER,
+    ...section(1, vec([voidType(6)])), // (i32 ×6) → ()
     ...section(3, vec([[0], [0]])),
     ...section(5, vec([[0x00, 1]])), // one growable memory, 1 page to start
     ...section(7, vec([[...str("memory"), 0x02, 0], [...str("dot_rows"), 0x00, 0], [...str("axpy_rows"), 0x00, 1]])),

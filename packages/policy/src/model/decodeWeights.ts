@@ -1,22 +1,33 @@
 /**
  * What the fast decoder (fastDecode.ts) reads: a snapshot of a model's weights in its layout
- * (q, k and v fused into one matrix; each matrix on the device for a tfjs matmul, or transposed
- * for a JS loop), and the KV cache of one sequence. A snapshot is taken after each update, so
+ * (q, k and v fused into one matrix; each matrix on the device for a tfjs matmul or an in-place
+ * product, or transposed for a JS loop), and the KV cache of one sequence. A snapshot is taken after each update, so
  * training can change the variables while the engine keeps decoding the version it announced.
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
+import { heapGemmAvailable } from "./gemmKernel.js"
 import { isWasm, upload, view } from "./heap.js"
+import { wasmPacksWeights } from "./memory.js"
 import { transpose2d } from "./matmul.js"
 import { checkWeights, type Transformer, type Weights } from "./transformer.js"
 
-export type GemmKind = "tfjs" | "js"
+/**
+ * How the decoder multiplies: "tfjs" (the backend's matmul; on wasm XNNPACK, which keeps a packed
+ * copy of each matrix), "heap" (wasm only: in place on the backend's heap, gemmKernel.ts, for
+ * models whose packed copies would not fit), "js" (a JS loop, on the cpu backend).
+ */
+export type GemmKind = "tfjs" | "heap" | "js"
+
+/** The decoder's default for `config` on the current backend. */
+export const defaultGemm = (config: ModelConfig): GemmKind =>
+  tf.getBackend() === "cpu" ? "js" : isWasm() && !wasmPacksWeights(config) && heapGemmAvailable() ? "heap" : "tfjs"
 
 /** A dense [in, out] matrix in the form its Gemm wants. */
 export interface Matrix {
   readonly rows: number // in
   readonly cols: number // out
-  readonly tensor?: tf.Tensor2D // "tfjs": [in, out] on the device
+  readonly tensor?: tf.Tensor2D // "tfjs" and "heap": [in, out] on the device
   readonly transposed?: Float32Array // "js": [out, in]
 }
 
@@ -78,7 +89,7 @@ export class DecodeWeights {
   /** `head`: the head as [d, vocab] when the caller has it (a model keeps its tied embedding's transpose). */
   private static build(config: ModelConfig, get: (name: string) => tf.Tensor | undefined, version: number, gemmKind: GemmKind | undefined, head?: tf.Tensor2D): DecodeWeights {
     const c = config
-    const gemm = gemmKind ?? (tf.getBackend() === "cpu" ? "js" : "tfjs")
+    const gemm = gemmKind ?? defaultGemm(config)
     const p = (name: string) => {
       const t = get(name)
       if (t === undefined) throw new Error(`no parameter ${name}`)
@@ -89,7 +100,7 @@ export class DecodeWeights {
     const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
     const matrix = (t: tf.Tensor2D): Matrix => {
       const [rows, cols] = t.shape
-      if (gemm === "tfjs") return { rows, cols, tensor: tf.keep(tf.clone(t)) } // shares t's memory
+      if (gemm !== "js") return { rows, cols, tensor: tf.keep(tf.clone(t)) } // shares t's memory
       const tt = transpose2d(t)
       const transposed = new Float32Array(tt.dataSync() as Float32Array)
       tt.dispose()
@@ -120,7 +131,7 @@ export class DecodeWeights {
     if (head === undefined && c.tieEmbeddings) headT.dispose()
     // On wasm the table stays on the device: copying 28M floats (a 49k vocabulary) out costs
     // more than a snapshot's other work, and a lookup reads d floats of it per token.
-    const embeddings = gemm === "tfjs" && isWasm() ? tf.keep(tf.clone(p("tok_embeddings.weight"))) : values("tok_embeddings.weight")
+    const embeddings = gemm !== "js" && isWasm() ? tf.keep(tf.clone(p("tok_embeddings.weight"))) : values("tok_embeddings.weight")
     return new DecodeWeights(c, version, gemm, embeddings, layers, values("norm.weight"), headMatrix)
   }
 

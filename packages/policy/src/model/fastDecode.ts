@@ -6,8 +6,9 @@
  *
  *   dense products   one rank-2 tfjs matmul per layer piece against weight tensors kept on the
  *                    device (on wasm: XNNPACK SIMD, its packed weights cached per tensor; ~15x a
- *                    JS loop), or a JS dot-product loop over transposed weights (`gemm: "js"`,
- *                    used on the cpu backend)
+ *                    JS loop); on wasm for a model whose packed copies would not fit, the same
+ *                    product in place (`gemm: "heap"`, gemmKernel.ts); or a JS dot-product loop
+ *                    over transposed weights (`gemm: "js"`, used on the cpu backend)
  *   MLP, ≥ 4 rows    W2·(silu(W1·h) ⊙ W3·h) as one short chain of tfjs ops (vectorized sigmoid)
  *   attention        the SIMD wasm kernels of attentionKernel.ts, over caches in their memory
  *   everything else  norms, rotary embedding, softmax, residuals: JS loops over reused buffers
@@ -23,6 +24,7 @@
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "./config.js"
 import { type DecodeWeights, KvCache, type LayerWeights, type Matrix } from "./decodeWeights.js"
+import { heapGemm, heapGemmInto } from "./gemmKernel.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable, rotateRow } from "./ops.js"
@@ -44,6 +46,8 @@ export class FastDecoder {
    * product's overhead, and decoding one sequence runs five products per layer per token.
    */
   private readonly rowInputs = new Map<number, tf.Tensor2D>()
+  /** With in-place products (`gemm: "heap"`), the output of every one-row product ([1, out], by `out`), likewise. */
+  private readonly rowOutputs = new Map<number, tf.Tensor2D>()
 
   private readonly kernel: AttentionKernel
   /** Kernel-memory scratch: the current query row, its scores, one head's output. */
@@ -80,8 +84,9 @@ export class FastDecoder {
 
   /** Releases the decoder's own tensors (not the weights, which the caller owns). */
   dispose(): void {
-    tf.dispose([...this.rowInputs.values()])
+    tf.dispose([...this.rowInputs.values(), ...this.rowOutputs.values()])
     this.rowInputs.clear()
+    this.rowOutputs.clear()
   }
 
   /** Switches to new weights (the caller disposes the old ones when nothing uses them). */
@@ -210,7 +215,7 @@ export class FastDecoder {
   private mlp(h: Float32Array, R: number, layer: LayerWeights): Float32Array {
     const ff = this.config.dFf
     const d = this.config.dModel
-    if (layer.w1.tensor !== undefined && R >= 4) {
+    if (this.weights.gemm === "tfjs" && R >= 4) {
       const out = this.scratch.get("gemm-m", R * d)
       const y = tf.tidy(() => {
         const x = upload<tf.Rank.R2>(h.subarray(0, R * d), [R, d])
@@ -297,7 +302,15 @@ export class FastDecoder {
       if (kept && tx === undefined) this.rowInputs.set(m.rows, (tx = tf.fill([1, m.rows], 0) as tf.Tensor2D))
       if (tx !== undefined) view(tx).set(x.subarray(0, m.rows))
       else tx = upload<tf.Rank.R2>(x.subarray(0, R * m.rows), [R, m.rows])
-      const ty = tf.matMul(tx, m.tensor)
+      if (this.weights.gemm === "heap" && kept) {
+        // In place, into a kept output row too: nothing allocated per product.
+        let ty = this.rowOutputs.get(m.cols)
+        if (ty === undefined) this.rowOutputs.set(m.cols, (ty = tf.fill([1, m.cols], 0) as tf.Tensor2D))
+        heapGemmInto(tx, m.tensor, ty)
+        out.set(view(ty))
+        return out
+      }
+      const ty = this.weights.gemm === "heap" ? heapGemm(tx, m.tensor) : tf.matMul(tx, m.tensor)
       out.set(view(ty))
       ty.dispose()
       if (!kept) tx.dispose()

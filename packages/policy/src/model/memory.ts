@@ -3,12 +3,15 @@
  * weight is read, so a checkpoint too large for it fails in a second with a message saying what
  * it needs, not minutes later with an allocation error.
  *
- * The wasm heap holds the weights about twice while serving: the variables, and XNNPACK's
+ * The wasm heap holds the weights about twice while training: the variables, and XNNPACK's
  * packed copy of every matrix it multiplies by (the engine's decoding snapshot shares the
  * variables' memory, but fuses q/k/v into a copy and, with LoRA, holds the merged matrices);
  * for full fine-tuning also a gradient and AdamW's two moments per weight. With LoRA only the
- * adapters have gradients and moments, so serving's figure stands. Activations and KV caches
- * come on top, so the estimate is a lower bound.
+ * adapters have gradients and moments, so that figure (`servingBytes`) stands. A device that
+ * only serves (`reins serve`) and whose packed copies would not fit multiplies in place instead
+ * (gemmKernel.ts): the variables once, plus the fused q/k/v and, for a tied head, the
+ * embedding's transpose (`inPlaceServingBytes`). Activations and KV caches (in the decoder's own
+ * wasm memory) come on top, so the estimate is a lower bound.
  */
 import { type ModelConfig, parameterCount } from "./config.js"
 
@@ -19,25 +22,49 @@ const GIB = 1024 ** 3
 
 export interface MemoryNeed {
   readonly parameters: number
+  /** Serving and LoRA training: the weights and XNNPACK's packed copies. */
   readonly servingBytes: number
+  /** Serving alone with products in place (gemmKernel.ts). */
+  readonly inPlaceServingBytes: number
   readonly fullTrainingBytes: number
 }
 
 export const memoryNeed = (config: ModelConfig): MemoryNeed => {
   const parameters = parameterCount(config)
-  return { parameters, servingBytes: parameters * 4 * 2, fullTrainingBytes: parameters * 4 * 5 }
+  const fusedQkv = config.nLayers * config.dModel * (config.qDim + 2 * config.kvDim)
+  const headTranspose = config.tieEmbeddings ? config.vocabSize * config.dModel : 0
+  return {
+    parameters,
+    servingBytes: parameters * 4 * 2,
+    inPlaceServingBytes: (parameters + fusedQkv + headTranspose) * 4,
+    fullTrainingBytes: parameters * 4 * 5
+  }
 }
 
-/** The reason `config` cannot run on the wasm backend, or undefined when it fits. */
-export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolean }): string | undefined => {
+/**
+ * Whether the decoder multiplies with tfjs's matmul (XNNPACK, faster, packed copies of the
+ * weights): when those copies fit in three quarters of the heap, leaving the rest for the
+ * activations. Otherwise it multiplies in place (gemmKernel.ts).
+ */
+export const wasmPacksWeights = (config: ModelConfig): boolean => memoryNeed(config).servingBytes <= WASM_HEAP_BYTES * 0.75
+
+/**
+ * The reason `config` cannot run on the wasm backend, or undefined when it fits: for serving
+ * alone (`serveOnly`), for serving and training LoRA adapters, or for training every weight.
+ */
+export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolean; readonly serveOnly?: boolean }): string | undefined => {
   const need = memoryNeed(config)
-  const bytes = options.lora ? need.servingBytes : need.fullTrainingBytes
+  const bytes = options.serveOnly === true ? need.inPlaceServingBytes : options.lora ? need.servingBytes : need.fullTrainingBytes
   if (bytes <= WASM_HEAP_BYTES) return undefined
   const gib = (b: number) => `${(b / GIB).toFixed(1)} GiB`
-  const what = options.lora ? "serving it (with LoRA adapters)" : `training all its weights (serving alone: ${gib(need.servingBytes)})`
+  const what = options.serveOnly === true
+    ? "serving it"
+    : options.lora
+    ? `serving it while training LoRA adapters (serving alone: ${gib(need.inPlaceServingBytes)})`
+    : `training all its weights (serving alone: ${gib(need.inPlaceServingBytes)})`
   return (
     `the model has ${(need.parameters / 1e6).toFixed(0)}M parameters: ${what} needs at least ${gib(bytes)} of the wasm backend's ${gib(WASM_HEAP_BYTES)} heap. ` +
-    `Use the tensorflow backend (REINS_BACKEND=tensorflow with @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node installed), which is not bound by that heap${options.lora ? "" : ", or train LoRA adapters (trainer.lora)"}`
+    `Use the tensorflow backend (REINS_BACKEND=tensorflow with @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node installed), which is not bound by that heap${options.lora || options.serveOnly === true ? "" : ", or train LoRA adapters (trainer.lora)"}`
   )
 }
 

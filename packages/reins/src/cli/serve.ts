@@ -70,7 +70,7 @@ const servedPolicy = (dir: string | undefined, data: string, parsers: ParserSett
     // The device module loads no TensorFlow.js: the model lives in the device's worker thread.
     const { workerLayer: deviceWorkerLayer } = yield* Effect.promise(() => import("@reins/policy/device"))
     const modelDir = dir ?? path.join(path.resolve(data), "models", "default")
-    const layer = policyBackend(parsers).pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined })))
+    const layer = policyBackend(parsers).pipe(Layer.provide(deviceWorkerLayer({ modelDir, createDefault: dir === undefined, serveOnly: true })))
     return { description: `policy ${modelDir} in a device worker thread`, layer: layer as BackendLayer }
   })
 

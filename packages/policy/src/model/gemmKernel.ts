@@ -1,0 +1,184 @@
+/**
+ * Dense products computed where tfjs's wasm backend keeps its tensors: `x·W` with W read in
+ * place, never copied. tfjs's own matmul (XNNPACK) packs every right-hand matrix into a copy it
+ * caches per tensor, so a model's weights are held twice; from ~0.5 B parameters (Qwen3-0.6B:
+ * 2.4 GB in F32) that no longer fits the backend's 4 GiB heap. This is a tiny SIMD WebAssembly
+ * module that imports the backend's memory and multiplies tensors by their byte offsets:
+ *
+ *   4 rows at a time   tiles of 4 rows of x by 8 columns of W (eight 4-float accumulators), the
+ *                      shared dimension in blocks of 256 so a tile's slice of W stays in cache:
+ *                      ~65–80% of XNNPACK's rate at this machine's shapes
+ *   single rows        (decoding one sequence, and the rows a prefill has left over) out += x[k]·W[k]
+ *                      row after row — attentionKernel.ts's `axpy_rows` over blocks of 8,192
+ *                      columns, so W streams through in long runs and the block of out stays in
+ *                      cache: ~12 GB/s from memory here, 1.4× the tile loop's rate on one row
+ *
+ * It is used only for models the packed copies do not fit (decodeWeights.ts);
+ * test/policy/gemm-kernel.test.ts holds it to tfjs's matmul.
+ */
+import * as tf from "@tensorflow/tfjs"
+import { axpyRowsBody } from "./attentionKernel.js"
+import {
+  BR_IF_0, END, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, leb, LOOP, section, SET,
+  str, TEE, V128, v128Load, v128Store, vec, VOID, voidType
+} from "./wasmAssembly.js"
+
+/** Columns of W per tile: two 4-float vectors. */
+const NR = 8
+/** Rows of the shared dimension per block: 256 × 32 bytes of W per tile, in L1 across a column of tiles. */
+const K_BLOCK = 256
+/** Columns per block of a single row's product: 32 KiB of out, in cache while W streams past. */
+const ROW_BLOCK = 8192
+
+// Parameters (byte addresses and byte strides): x, w, rows, k, cols, out, x's row stride, w's, out's.
+const [X, W, ROWS, K, COLS, OUT, XS, WS, OS] = [0, 1, 2, 3, 4, 5, 6, 7, 8]
+const I = 9, J = 10, KK = 11, WP = 12, XP = 13, OP = 14
+const I32_LOCALS = 6
+
+/**
+ * out[i, j] += Σ_k x[i, k]·w[k, j] for rows a multiple of `mr` and cols a multiple of 8: for each
+ * panel of 8 columns, for each tile of `mr` rows, the accumulators start from out, gather the
+ * products over k (W's 8 floats at row k as two vectors, x's value splat), and go back to out.
+ */
+const gemmBody = (mr: number): Array<number> => {
+  const acc = Array.from({ length: mr * 2 }, (_, i) => OP + 1 + i)
+  const [b0, b1, a] = [OP + 1 + mr * 2, OP + 2 + mr * 2, OP + 3 + mr * 2]
+  const rowAt = (base: number, stride: number, r: number) => (r === 0 ? [GET, base] : [GET, base, GET, stride, ...i32(r), I32_MUL, I32_ADD])
+  return [
+    ...vec([[I32_LOCALS, I32], [mr * 2 + 3, V128]]),
+    ...i32(0), SET, J,
+    LOOP, VOID,
+    ...i32(0), SET, I,
+    LOOP, VOID,
+    // OP = out + i·os + j·4; accumulators from out.
+    GET, OUT, GET, I, GET, OS, I32_MUL, I32_ADD, GET, J, ...i32(2), I32_SHL, I32_ADD, SET, OP,
+    ...Array.from({ length: mr }, (_, r) => [
+      ...rowAt(OP, OS, r), ...v128Load(0), SET, acc[2 * r]!,
+      ...rowAt(OP, OS, r), ...v128Load(16), SET, acc[2 * r + 1]!
+    ]).flat(),
+    GET, W, GET, J, ...i32(2), I32_SHL, I32_ADD, SET, WP,
+    GET, X, GET, I, GET, XS, I32_MUL, I32_ADD, SET, XP,
+    GET, K, SET, KK,
+    LOOP, VOID,
+    GET, WP, ...v128Load(0), SET, b0,
+    GET, WP, ...v128Load(16), SET, b1,
+    ...Array.from({ length: mr }, (_, r) => [
+      ...rowAt(XP, XS, r), ...f32Load(0), ...F32X4_SPLAT, SET, a,
+      GET, acc[2 * r]!, GET, a, GET, b0, ...F32X4_MUL, ...F32X4_ADD, SET, acc[2 * r]!,
+      GET, acc[2 * r + 1]!, GET, a, GET, b1, ...F32X4_MUL, ...F32X4_ADD, SET, acc[2 * r + 1]!
+    ]).flat(),
+    GET, WP, GET, WS, I32_ADD, SET, WP,
+    GET, XP, ...i32(4), I32_ADD, SET, XP,
+    GET, KK, ...i32(-1), I32_ADD, TEE, KK, ...BR_IF_0,
+    END,
+    ...Array.from({ length: mr }, (_, r) => [
+      ...rowAt(OP, OS, r), GET, acc[2 * r]!, ...v128Store(0),
+      ...rowAt(OP, OS, r), GET, acc[2 * r + 1]!, ...v128Store(16)
+    ]).flat(),
+    GET, I, ...i32(mr), I32_ADD, TEE, I, GET, ROWS, I32_LT_U, ...BR_IF_0,
+    END,
+    GET, J, ...i32(NR), I32_ADD, TEE, J, GET, COLS, I32_LT_U, ...BR_IF_0,
+    END,
+    END
+  ]
+}
+
+const MR = 4
+
+const kernelBytes = (): Uint8Array => {
+  const bodies = [gemmBody(MR), axpyRowsBody]
+  return new Uint8Array([
+    ...HEADER,
+    ...section(1, vec([voidType(9), voidType(6)])),
+    ...section(2, vec([[...str("env"), ...str("memory"), 0x02, 0x00, 1]])), // the backend's memory, imported
+    ...section(3, vec([[0], [1]])),
+    ...section(7, vec([[...str("gemm_4"), 0x00, 0], [...str("axpy_rows"), 0x00, 1]])),
+    ...section(10, vec(bodies.map((b) => [...leb(b.length), ...b])))
+  ])
+}
+
+type Gemm = (x: number, w: number, rows: number, k: number, cols: number, out: number, xs: number, ws: number, os: number) => void
+/** out[t] = Σ_r a[r]·b[r·stride + t] for t < len/4 (out zeroed first; byte addresses, len a multiple of 16). */
+type AxpyRows = (a: number, b: number, rows: number, stride: number, len: number, out: number) => void
+
+interface WasmBackendInternals {
+  readonly wasm: { readonly asm?: { readonly memory?: object }; readonly HEAPF32: Float32Array }
+  readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
+}
+interface WasmApi {
+  validate(bytes: Uint8Array): boolean
+  Module: new (bytes: Uint8Array) => object
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
+}
+const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
+
+let instance: { readonly memory: object; readonly gemm4: Gemm; readonly axpyRows: AxpyRows } | null | undefined
+
+const internals = (): WasmBackendInternals => tf.backend() as unknown as WasmBackendInternals
+
+/** The kernel bound to the current wasm backend's memory; null where wasm SIMD or that memory is missing. */
+const kernel = () => {
+  if (tf.getBackend() !== "wasm") return null
+  const memory = internals().wasm.asm?.memory
+  if (instance !== undefined && (instance === null || instance.memory === memory)) return instance
+  const bytes = kernelBytes()
+  if (memory === undefined || !WebAssembly.validate(bytes)) return (instance = null)
+  const exports = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports
+  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows })
+}
+
+/** Whether in-place products can run here (the wasm backend, with SIMD). */
+export const heapGemmAvailable = (): boolean => kernel() !== null
+
+const offsetOf = (t: tf.Tensor): number => {
+  const info = internals().dataIdMap.get(t.dataId)
+  if (info === undefined) throw new Error("heapGemm: a tensor that is not on the wasm backend")
+  return info.memoryOffset
+}
+
+/** `x·w` ([R, k]·[k, m] → [R, m]) with w read in place on the wasm backend's heap. */
+export const heapGemm = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
+  const out = tf.zeros([x.shape[0], w.shape[1]]) as tf.Tensor2D
+  heapGemmInto(x, w, out)
+  return out
+}
+
+/** `x·w` into `out` [R, m] (overwritten; a tensor the caller keeps, to spare an allocation per product). */
+export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D): void => {
+  const kern = kernel()
+  if (kern === null) throw new Error("heapGemm: needs the wasm backend with SIMD")
+  const [rows, k] = x.shape
+  const [kw, cols] = w.shape
+  if (k !== kw || out.shape[0] !== rows || out.shape[1] !== cols) {
+    throw new Error(`heapGemm: shapes [${x.shape}] and [${w.shape}] do not multiply into [${out.shape}]`)
+  }
+  // Offsets are stable (the kernel allocates nothing, and a tensor's memory never moves).
+  const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out)
+  const full = rows - (rows % MR)
+  // Whole 8-column panels for the tiles, whole 4-float groups for single rows; a JS loop for the rest.
+  const panels = cols - (cols % NR)
+  const quads = cols - (cols % 4)
+  if (full > 0 && panels > 0) {
+    internals().wasm.HEAPF32.fill(0, oo >>> 2, (oo >>> 2) + full * cols) // the tiles accumulate into out
+    for (let k0 = 0; k0 < k; k0 += K_BLOCK) {
+      kern.gemm4(xo + k0 * 4, wo + k0 * cols * 4, full, Math.min(K_BLOCK, k - k0), panels, oo, k * 4, cols * 4, cols * 4)
+    }
+  }
+  for (let i = full; i < rows; i++) {
+    for (let j = 0; j < quads; j += ROW_BLOCK) {
+      kern.axpyRows(xo + i * k * 4, wo + j * 4, k, cols * 4, Math.min(ROW_BLOCK, quads - j) * 4, oo + (i * cols + j) * 4)
+    }
+  }
+  const heap = internals().wasm.HEAPF32
+  const rest = (i0: number, i1: number, j0: number) => {
+    for (let i = i0; i < i1; i++) {
+      for (let j = j0; j < cols; j++) {
+        let s = 0
+        for (let t = 0; t < k; t++) s += heap[(xo >>> 2) + i * k + t]! * heap[(wo >>> 2) + t * cols + j]!
+        heap[(oo >>> 2) + i * cols + j] = s
+      }
+    }
+  }
+  rest(0, full, full > 0 && panels > 0 ? panels : 0) // tile rows: columns past the last panel
+  rest(full, rows, quads) // single rows: columns past the last 4-float group
+}

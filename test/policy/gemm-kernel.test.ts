@@ -1,0 +1,97 @@
+/**
+ * The in-place product (gemmKernel.ts) on the wasm backend: held to tfjs's own matmul over
+ * shapes that reach every path (4-row tiles, left-over rows, a shared dimension across several
+ * blocks, columns beyond the last 8-column panel), and the fast decoder with `gemm: "heap"`
+ * held to the same decoder with tfjs's matmul, on the Llama family's variants.
+ */
+import { DecodeWeights, FastDecoder, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
+import { beforeAll, describe, expect, it } from "vitest"
+import { backend, tinyConfig, variantConfig } from "./model-fixtures.js"
+
+let wasm = false
+beforeAll(async () => {
+  wasm = (await backend()) === "wasm"
+})
+
+const worstRelative = (got: tf.Tensor, want: tf.Tensor): number => {
+  const g = got.dataSync(), w = want.dataSync()
+  let scale = 0
+  for (const v of w) scale = Math.max(scale, Math.abs(v))
+  let worst = 0
+  for (let i = 0; i < w.length; i++) worst = Math.max(worst, Math.abs(g[i]! - w[i]!))
+  return worst / scale
+}
+
+describe("heapGemm", () => {
+  it("is available on the wasm backend", () => {
+    expect(wasm).toBe(true) // the suite runs on wasm; were it not, the cases below would prove nothing
+    expect(heapGemmAvailable()).toBe(true)
+  })
+
+  it.each([
+    [1, 3, 5], // one row: a 4-float group and a column past it
+    [1, 64, 16], // one row (decoding one sequence)
+    [1, 40, 8200], // one row across two column blocks
+    [3, 5, 3], // no 4-float group: the JS loop alone
+    [4, 8, 8],
+    [7, 300, 21], // 4-row tiles + 3 single rows, two shared-dimension blocks, 5 columns past the panels
+    [9, 513, 64], // three blocks, the last of one row
+    [16, 1024, 40]
+  ])("x[%i, %i]·W[.., %i] matches tf.matMul", (rows, k, cols) => {
+    const x = tf.randomNormal([rows, k], 0, 1, "float32", rows * 7 + k) as tf.Tensor2D
+    const w = tf.randomNormal([k, cols], 0, 1, "float32", cols * 11 + k) as tf.Tensor2D
+    const want = tf.matMul(x, w)
+    const got = heapGemm(x, w)
+    expect(got.shape).toEqual([rows, cols])
+    expect(worstRelative(got, want)).toBeLessThan(1e-5)
+    // w is left as it was, and a second product over the same memory gives the same values.
+    const again = heapGemm(x, w)
+    expect(Array.from(again.dataSync())).toEqual(Array.from(got.dataSync()))
+    tf.dispose([x, w, want, got, again])
+  })
+
+  it("overwrites a kept output (no stale values), and refuses shapes that do not multiply, naming them", () => {
+    const x = tf.randomNormal([1, 24], 0, 1, "float32", 3) as tf.Tensor2D
+    const w = tf.randomNormal([24, 12], 0, 1, "float32", 4) as tf.Tensor2D
+    const out = tf.fill([1, 12], 1e6) as tf.Tensor2D
+    heapGemmInto(x, w, out)
+    const want = tf.matMul(x, w)
+    expect(worstRelative(out, want)).toBeLessThan(1e-5)
+    const a = tf.zeros([2, 3]) as tf.Tensor2D
+    const b = tf.zeros([4, 8]) as tf.Tensor2D
+    expect(() => heapGemm(a, b)).toThrow(/shapes \[2,3\] and \[4,8\] do not multiply/)
+    expect(() => heapGemmInto(x, w, a)).toThrow(/do not multiply into \[2,3\]/)
+    tf.dispose([x, w, out, want, a, b])
+  })
+})
+
+describe("the fast decoder with in-place products", () => {
+  it.each([
+    ["tiny (tied head)", tinyConfig(61)],
+    ["variants (GQA, biases, q/k norms, untied head)", variantConfig(61)]
+  ])("%s: prefill and decode logits match tfjs's matmul", (_name, config) => {
+    const model = Transformer.init(config, 5)
+    const ids = Int32Array.from({ length: 11 }, (_, i) => (i * 13 + 3) % 61)
+    const run = (gemm: "tfjs" | "heap") => {
+      const weights = DecodeWeights.fromModel(model, { gemm })
+      expect(weights.gemm).toBe(gemm)
+      const decoder = new FastDecoder(weights)
+      const cache = decoder.newCache(32)
+      // A 10-token prefill (4-row tiles and left-over rows), then one token (the 1-row kernel).
+      const prefill = decoder.forward([{ cache, ids: ids.subarray(0, 10) }], "all").slice()
+      const step = decoder.forward([{ cache, ids: ids.subarray(10) }], "last").slice()
+      decoder.freeCache(cache)
+      decoder.dispose()
+      weights.dispose()
+      return [...prefill, ...step]
+    }
+    const want = run("tfjs")
+    const got = run("heap")
+    expect(got.length).toBe(want.length)
+    let worst = 0
+    for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!))
+    expect(worst).toBeLessThan(1e-5)
+    model.dispose()
+  })
+})
