@@ -16,7 +16,8 @@
 
 import {
   BLOCK, BR_IF, END, F32_ADD, F32_LOAD, F32_STORE, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, GET, HEADER, I32, I32_ADD, I32_CONST,
-  I32_EQZ, I32_LT_U, I32_SHL, lane, leb, LOOP, section, SET, str, TEE, V128, V128_LOAD, V128_STORE, V128_ZERO, vec, VOID, voidType
+  I32_EQZ, I32_LT_U, I32_SHL, lane, leb, LOOP, section, SET, str, TEE, V128, V128_LOAD, V128_STORE, V128_ZERO, vec, VOID, voidType,
+  WebAssembly, type WasmMemory
 } from "./wasmAssembly.js"
 
 // Parameters of both functions: (a, b, rows, stride, len, out); locals: r, t, row pointer, acc/weight.
@@ -94,18 +95,6 @@ const kernelBytes = (): Uint8Array =>
 
 type Kernel = (a: number, b: number, rows: number, stride: number, len: number, out: number) => void
 
-// The parts of the WebAssembly JS API used here (TypeScript's "dom" lib is not loaded).
-interface WasmMemory {
-  readonly buffer: ArrayBuffer
-  grow(pages: number): number
-}
-interface WasmApi {
-  validate(bytes: Uint8Array): boolean
-  Module: new (bytes: Uint8Array) => object
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
-  Memory: new (descriptor: { initial: number }) => WasmMemory
-}
-const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
 
 const PAGE = 65536
 /** What a wasm32 memory can address: 65,536 pages of 64 KiB. */

@@ -20,7 +20,7 @@ import * as tf from "@tensorflow/tfjs"
 import { axpyRowsBody } from "./attentionKernel.js"
 import {
   BR_IF_0, END, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, leb, LOOP, section, SET,
-  str, TEE, V128, v128Load, v128Store, vec, VOID, voidType
+  str, TEE, V128, v128Load, v128Store, vec, VOID, voidType, WebAssembly
 } from "./wasmAssembly.js"
 
 /** Columns of W per tile: two 4-float vectors. */
@@ -105,12 +105,6 @@ interface WasmBackendInternals {
   readonly wasm: { readonly asm?: { readonly memory?: object }; readonly HEAPF32: Float32Array }
   readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
 }
-interface WasmApi {
-  validate(bytes: Uint8Array): boolean
-  Module: new (bytes: Uint8Array) => object
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
-}
-const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
 
 let instance: { readonly memory: object; readonly gemm4: Gemm; readonly axpyRows: AxpyRows } | null | undefined
 

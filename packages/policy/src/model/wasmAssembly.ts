@@ -1,7 +1,8 @@
 /**
  * Helpers for the hand-assembled WebAssembly kernels (attentionKernel.ts, gemmKernel.ts): byte
- * encodings and the opcodes they use. Why bytes and not a .wasm file: each kernel is a few dozen
- * instructions, and a build step for it would be a toolchain (see attentionKernel.ts).
+ * encodings, the opcodes they use, and the parts of the WebAssembly JS API they call. Why bytes
+ * and not a .wasm file: each kernel is a few dozen instructions, and a build step for it would be
+ * a toolchain (see attentionKernel.ts).
  */
 
 /** Unsigned LEB128. */
@@ -55,3 +56,16 @@ export const lane = (i: number) => [SIMD, 0x1f, i]
 
 /** A function type (params, all i32 here) → (). */
 export const voidType = (params: number) => [0x60, ...vec(Array.from({ length: params }, () => [I32])), 0]
+
+// The parts of the WebAssembly JS API the kernels use (TypeScript's "dom" lib is not loaded).
+export interface WasmMemory {
+  readonly buffer: ArrayBuffer
+  grow(pages: number): number
+}
+interface WasmApi {
+  validate(bytes: Uint8Array): boolean
+  Module: new (bytes: Uint8Array) => object
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
+  Memory: new (descriptor: { initial: number }) => WasmMemory
+}
+export const WebAssembly = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly
