@@ -37,13 +37,18 @@ import {
   initBackend,
   loadModel,
   makeEngine,
+  backendMemory,
+  type BackendName,
   memoryNeed,
+  microBatchFit,
   type ModelConfig,
   readModelConfig,
   saveModelDir,
   trainBpe,
-  wasmMisfit
+  wasmMisfit,
+  wasmPacksWeights
 } from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import * as fs from "node:fs/promises"
 import os from "node:os"
@@ -113,10 +118,12 @@ const measureWasm = async (dir: string, c: ModelConfig, s: Settings, trains: boo
     )
   )
   console.log("engine", gen)
-  let train: Awaited<ReturnType<typeof measureTrain>> | undefined
+  let train: (Awaited<ReturnType<typeof measureTrain>> & { readonly products: "tfjs" | "heap"; readonly microBatchTokens: number }) | undefined
   if (trains) {
     model.attachLora(LORA, initAdapters(c, LORA, 0))
-    train = await measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4 })
+    // Micro-batches as the device packs them: the production fit for this backend's memory.
+    const microBatchTokens = microBatchFit(c, backendMemory(tf.getBackend() as BackendName), { seqLen: s.trainSeq, lora: true, inPlace: model.products === "heap" }).tokens
+    train = { ...(await measureTrain(model, { rows: s.trainRows, seqLen: s.trainSeq, steps: s.trainSteps, warmup: 1, lr: 1e-4, microBatchTokens })), products: model.products, microBatchTokens }
     console.log("train", train)
   }
   model.dispose()
@@ -202,6 +209,8 @@ const report = (r: {
   const ctx16 = s.prompt + s.decode16 / 2
   const trainTokens = s.trainRows * s.trainSeq
   const fitsNot = (bytes: number) => `does not fit on wasm: needs ${(bytes / GIB).toFixed(1)} GiB`
+  // The weights as LoRA training holds them: with XNNPACK's packed copies where they fit, else once (in place).
+  const loraBytes = wasmPacksWeights(c) ? r.need.servingBytes : r.need.inPlaceServingBytes
   interface Row { readonly label: string; readonly measure: string; readonly unit: string; readonly measured: number | undefined; readonly bound: number; readonly fraction: number; readonly goal: boolean }
   const row = (label: string, measure: string, unit: string, measured: number | undefined, bound: number, goal = true): Row => ({
     label, measure, unit, measured, bound, goal, fraction: measured === undefined ? NaN : unit === "s" ? bound / measured : measured / bound
@@ -217,7 +226,7 @@ const report = (r: {
   const cell = (v: number) => (Number.isFinite(v) ? v : "—")
   const table = rows.map((x) => [
     x.measure,
-    x.measured === undefined ? fitsNot(x.label === "LoRA train" ? r.need.servingBytes : r.need.inPlaceServingBytes) : x.measured,
+    x.measured === undefined ? fitsNot(x.label === "LoRA train" ? loraBytes : r.need.inPlaceServingBytes) : x.measured,
     x.unit,
     cell(x.bound),
     cell(x.fraction),
@@ -230,7 +239,7 @@ const report = (r: {
     name,
     json: {
       arch: arch.id, backend: r.backend, parameters: r.need.parameters, config: arch.hfConfig, bench_context: s.context, layers: c.nLayers, settings: s,
-      wasm_misfit: r.misfit ?? null, wasm_lora_training_misfit: r.trainMisfit ?? null, serving_bytes: r.need.inPlaceServingBytes, lora_training_bytes: r.need.servingBytes,
+      wasm_misfit: r.misfit ?? null, wasm_lora_training_misfit: r.trainMisfit ?? null, serving_bytes: r.need.inPlaceServingBytes, lora_training_bytes: loraBytes,
       rows: rows.map((x) => ({ ...x, measured: x.measured ?? null, met: x.goal && x.measured !== undefined ? x.fraction >= GOAL : null })),
       files: { init_s: r.initS, gguf_s: r.ggufS, gguf_bytes: r.ggufBytes, safetensors_write_s: r.writeS ?? null },
       bandwidth: r.bandwidth, weight_bytes: weightBytes(c),
@@ -251,7 +260,7 @@ const report = (r: {
       ...(wasm === undefined ? [] : [`Decoder products: ${wasm.gen.gemm === "heap" ? "in place on the wasm heap (gemmKernel.ts: XNNPACK's packed copies of the weights would not fit)" : `${wasm.gen.gemm} (tfjs's matmul)`}.`]),
       `Bounds, measured in this run: read bandwidth ${gbps.toFixed(1)} GB/s (the best of ${Object.entries(r.bandwidth.probes).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(", ")})${wasm === undefined ? "" : `; file read ${wasm.readGbps.toFixed(1)} GB/s into touched memory and first touch of fresh memory ${wasm.touchGbps.toFixed(2)} GB/s (the load bound: the file's bytes read once into fresh memory); tfjs matmul at the model's shapes ${wasm.rates.prefill.gflops.toFixed(1)} GFLOP/s (prefill rows), ${wasm.rates.batch.gflops.toFixed(1)} (${BATCH} rows), ${wasm.rates.train.gflops.toFixed(1)} (training rows)`}.`,
       `Decode bound, 1 sequence: bandwidth / ${((weightBytes(c) + kvBytes(c, ctx1)) / 1e6).toFixed(0)} MB read per token (the F32 weights, and the KV cache at mean context ${ctx1}). Decode bound, ${BATCH} sequences: matmul rate / forwardFlops per token; bandwidth alone would allow ${bandwidthBound(c, gbps, BATCH, ctx16).toFixed(0)} tok/s.`,
-      ...(wasm?.train === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): one micro-batch of ${s.trainRows} row(s) × ${s.trainSeq} tokens, median of ${s.trainSteps} step(s) after a warm-up; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`]),
+      ...(wasm?.train === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): ${s.trainRows} row(s) × ${s.trainSeq} tokens in ${wasm.train.microBatches} micro-batch(es) of at most ${wasm.train.microBatchTokens} tokens (the device's fit for this heap), median of ${s.trainSteps} step(s) after a warm-up; base products ${wasm.train.products === "heap" ? "in place (gemmKernel.ts), the head fused with the log-softmax (headLogprobs.ts)" : "tfjs's matmul"}; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`]),
       ...(wasm === undefined ? [] : [`Engine: ${s.prompt}-token prompts, ${s.decode1} (1 sequence) and ${s.decode16} (${BATCH} sequences) sampled tokens, best of ${s.reps} after a warm-up run; decode tok/s counts the tokens after every sequence's first, over the time after it.`]),
       `llama.cpp: node-llama-cpp ${anchor.version} (llama.cpp release ${anchor.llamaCppRelease}, prebuilt CPU binary, gpu: false), the same weights as an F32 GGUF file (${(r.ggufBytes / 1e9).toFixed(2)} GB), loaded in ${anchor.loadS.toFixed(2)} s; ${s.prompt}-token prompt, ${s.anchorTokens} greedy tokens, best of ${s.reps} after a warm-up; prefill ${anchor.runs.map((a) => `${a.prefillTokPerS.toFixed(0)} tok/s at ${a.threads} thread(s)`).join(", ")}.${wasm === undefined ? "" : ` reins decode (1 sequence) / best llama.cpp: ${(wasm.gen.decode1 / anchorBest).toFixed(2)}.`}`,
       `The machine: load average ${r.loadBefore[0]!.toFixed(1)} before and ${os.loadavg()[0]!.toFixed(1)} after, ${os.cpus().length} cores.${r.options.quick ? " QUICK RUN: tiny token counts, a smoke check, not a measurement." : ""}`

@@ -10,6 +10,8 @@ import {
   backendMemory,
   decodeHfConfig,
   fitMicroBatchTokens,
+  initAdapters,
+  LoraConfig,
   kvCacheBytes,
   makeConfig,
   memoryNeed,
@@ -74,6 +76,37 @@ describe("the per-token training memory estimate", () => {
       }
     }, 60_000)
   }
+})
+
+describe("the per-token estimate with LoRA, the base multiplied in place and the head fused", () => {
+  it("bounds tfjs's measured peak of one micro-batch, within 2.5×, where the unfused estimate is over twice as large (V 32768, 2 × 256)", async () => {
+    expect(BACKEND).toBe("wasm")
+    const config = makeConfig({ vocabSize: 32768, dModel: 128, nLayers: 2, nHeads: 4, dFf: 352, contextLength: 256 })
+    const model = Transformer.init(config, 1)
+    try {
+      const lora = new LoraConfig({ rank: 8, alpha: 16 })
+      model.attachLora(lora, initAdapters(config, lora, 1))
+      model.products = "heap"
+      model.headWeight() // the kept transpose of the tied head is the weights' (memoryNeed's inPlaceServingBytes), not the batch's
+      const sequences = Array.from({ length: 2 }, (_, r) => ({
+        tokens: Int32Array.from({ length: 257 }, (_, i) => (i * 7 + r) % config.vocabSize),
+        weights: new Float32Array(257).fill(1e-3)
+      }))
+      const [batch] = packSequences(sequences, { maxTokens: 512, maxSeqLen: 256 })
+      const weights = tf.memory().numBytes
+      const profile = await tf.profile(async () => {
+        const r = await microBatchGradients(model, batch!, { kind: "sft" })
+        for (const g of r.grads.values()) g.dispose()
+      })
+      const measured = profile.peakBytes - weights
+      const activations = trainingBytesPerToken(config, 256, { fusedHead: true }) * 512
+      expect(measured).toBeLessThanOrEqual(activations)
+      expect(activations).toBeLessThanOrEqual(2.5 * measured)
+      expect(trainingBytesPerToken(config, 256)).toBeGreaterThan(2 * trainingBytesPerToken(config, 256, { fusedHead: true }))
+    } finally {
+      model.dispose()
+    }
+  }, 60_000)
 })
 
 describe("fitting a micro-batch", () => {

@@ -1,13 +1,13 @@
 /**
  * The in-place product (gemmKernel.ts) on the wasm backend: held to tfjs's own matmul over
  * shapes that reach every path (4-row tiles, left-over rows, a shared dimension across several
- * blocks, columns beyond the last 8-column panel), and the fast decoder with `gemm: "heap"`
+ * blocks, columns beyond the last 8-column panel; matrices side by side in one output), and the fast decoder with `gemm: "heap"`
  * held to the same decoder with tfjs's matmul, on the Llama family's variants.
  */
-import { DecodeWeights, FastDecoder, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
+import { DecodeWeights, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { beforeAll, describe, expect, it } from "vitest"
-import { backend, tinyConfig, variantConfig } from "./model-fixtures.js"
+import { backend, prefillThenStep, tinyConfig, variantConfig } from "./model-fixtures.js"
 
 let wasm = false
 beforeAll(async () => {
@@ -66,6 +66,24 @@ describe("heapGemm", () => {
   })
 })
 
+describe("heapGemmInto at a column", () => {
+  it.each([1, 6])("%i row(s): q, k and v side by side in one output, each from its own matrix", (rows) => {
+    const x = tf.randomNormal([rows, 40], 0, 1, "float32", 5) as tf.Tensor2D
+    const parts = [24, 13, 8].map((cols, i) => tf.randomNormal([40, cols], 0, 1, "float32", 20 + i) as tf.Tensor2D)
+    const out = tf.fill([rows, 45], 1e6) as tf.Tensor2D
+    let column = 0
+    for (const w of parts) {
+      heapGemmInto(x, w, out, column)
+      column += w.shape[1]
+    }
+    const want = tf.concat(parts.map((w) => tf.matMul(x, w)), 1)
+    expect(worstRelative(out, want)).toBeLessThan(1e-5)
+    // Past the output's width: refused, naming the column.
+    expect(() => heapGemmInto(x, parts[0]!, out, 30)).toThrow(/do not multiply into \[\d,45\] at column 30/)
+    tf.dispose([x, ...parts, out, want])
+  })
+})
+
 describe("the fast decoder with in-place products", () => {
   it.each([
     ["tiny (tied head)", tinyConfig(61)],
@@ -76,15 +94,7 @@ describe("the fast decoder with in-place products", () => {
     const run = (gemm: "tfjs" | "heap") => {
       const weights = DecodeWeights.fromModel(model, { gemm })
       expect(weights.gemm).toBe(gemm)
-      const decoder = new FastDecoder(weights)
-      const cache = decoder.newCache(32)
-      // A 10-token prefill (4-row tiles and left-over rows), then one token (the 1-row kernel).
-      const prefill = decoder.forward([{ cache, ids: ids.subarray(0, 10) }], "all").slice()
-      const step = decoder.forward([{ cache, ids: ids.subarray(10) }], "last").slice()
-      decoder.freeCache(cache)
-      decoder.dispose()
-      weights.dispose()
-      return [...prefill, ...step]
+      return prefillThenStep(weights, ids) // a 10-token prefill (4-row tiles and left-over rows), then the 1-row kernel
     }
     const want = run("tfjs")
     const got = run("heap")

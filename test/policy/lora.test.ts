@@ -157,10 +157,10 @@ describe("LoRA adapters", () => {
 describe("gradients of the Llama family's pieces", () => {
   it("q/k norms, q/k/v/o biases, shared kv heads and adapters match central finite differences", async () => {
     const [batch] = sftBatch(IDS)
-    // The loss alone, as microBatchGradients computes it (forward in training mode, the SFT loss).
+    // The loss alone, as microBatchGradients computes it (log-probabilities in training mode, the SFT loss).
     const loss = (model: Transformer) => () =>
       tf.tidy(() => {
-        const out = sftLoss(model.forward(batch!, { training: true }), batch!)
+        const out = sftLoss(model.tokenLogprobs(batch!, batch!.targets, { training: true }), batch!)
         out.entropy.dispose()
         return out.loss.dataSync()[0]!
       })

@@ -3,7 +3,7 @@
  * in production here), tiny configs so the suite stays fast, a tiny tokenizer, and the tfjs
  * reference computations the fast paths are checked against.
  */
-import { initBackend, makeConfig, type ModelConfig, type Tokenizer, trainBpe, type Transformer } from "@reins/policy"
+import { type DecodeWeights, FastDecoder, initBackend, makeConfig, type ModelConfig, type Tokenizer, trainBpe, type Transformer } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 
 /** Initialised at import, before any describe body creates a model (tfjs would default to cpu). */
@@ -60,3 +60,19 @@ export const logSoftmaxAt = (row: ArrayLike<number>, id: number, temperature = 1
 }
 
 export const numTensors = () => tf.memory().numTensors
+
+/**
+ * The fast decoder's logits over a snapshot (disposed after): every row of a prefill of all of
+ * `ids` but the last (on wasm with 10 tokens: 4-row tiles and left-over rows), then the last
+ * token alone (the one-row path).
+ */
+export const prefillThenStep = (weights: DecodeWeights, ids: Int32Array): Array<number> => {
+  const decoder = new FastDecoder(weights)
+  const cache = decoder.newCache(32)
+  const prefill = decoder.forward([{ cache, ids: ids.subarray(0, ids.length - 1) }], "all").slice()
+  const step = decoder.forward([{ cache, ids: ids.subarray(ids.length - 1) }], "last").slice()
+  decoder.freeCache(cache)
+  decoder.dispose()
+  weights.dispose()
+  return [...prefill, ...step]
+}

@@ -124,5 +124,9 @@ export const kvCacheBytes = (env: NodeJS.ProcessEnv = process.env, device?: Back
     : mebibytesFromEnv("REINS_KV_CACHE_MB", env, KERNEL_MAX_BYTES / MIB) ?? Math.min(KERNEL_MAX_BYTES, Math.floor(os.totalmem() / 4))
 
 /** Training micro-batches for `config` on a backend with `memory`, rows of `seqLen`. */
-export const microBatchFit = (config: ModelConfig, memory: BackendMemory, options: { readonly seqLen: number; readonly lora: boolean }): MicroBatchFit =>
+export const microBatchFit = (
+  config: ModelConfig,
+  memory: BackendMemory,
+  options: { readonly seqLen: number; readonly lora: boolean; readonly inPlace?: boolean }
+): MicroBatchFit =>
   fitMicroBatchTokens(config, { memoryBytes: memory.bytes, maxTensorBytes: memory.maxTensorBytes, speedTokens: memory.speedTokens, ...options })

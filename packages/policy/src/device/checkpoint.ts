@@ -9,7 +9,8 @@ import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { loadModelDir, loadOptimizerState, type ModelDir, type OptimizerState, saveModelDir, saveOptimizerState } from "../checkpoint/modelDir.js"
 import { type ModelConfig, parameterShapes } from "../model/config.js"
-import type { Transformer, Weights } from "../model/transformer.js"
+import type { Transformer } from "../model/transformer.js"
+import type { Weights } from "../model/weights.js"
 
 const reason = (e: unknown): string => (e instanceof Error ? e.message : String(e))
 

@@ -105,7 +105,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const contextLength = policy.config.contextLength
     /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
-    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined }).tokens
+    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap" }).tokens
     /** At the full context: what Info reports and Score packs by (fixed for the device's life). */
     const contextMicroBatchTokens = microBatchTokens(contextLength)
     if (engine.maxSequenceTokens === 0) {

@@ -11,7 +11,8 @@ import * as path from "node:path"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter, writePeftAdapter } from "../checkpoint/hf/peft.js"
 import { loadOptimizerState, type OptimizerState, saveOptimizerState } from "../checkpoint/modelDir.js"
 import type { LoraConfig } from "../model/lora.js"
-import type { Transformer, Weights } from "../model/transformer.js"
+import type { Transformer } from "../model/transformer.js"
+import type { Weights } from "../model/weights.js"
 import { writeDirAtomically } from "./checkpoint.js"
 
 const reason = (e: unknown): string => (e instanceof Error ? e.message : String(e))

@@ -10,7 +10,8 @@ import type { ModelConfig } from "../model/config.js"
 import { DecodeWeights, FastDecoder, type KvCache } from "../model/fastDecode.js"
 import type { KvRows, TensorChunk, TensorKvCache } from "../model/kvRows.js"
 import type { Pick, StepRows } from "../model/deviceDraw.js"
-import { Transformer, type Weights } from "../model/transformer.js"
+import { Transformer } from "../model/transformer.js"
+import type { Weights } from "../model/weights.js"
 
 /**
  * A draw a decoder may make on its device instead of returning a row of logits (for a request

@@ -1,8 +1,15 @@
 /**
  * What the fast decoder (fastDecode.ts) reads: a snapshot of a model's weights in its layout
- * (q, k and v fused into one matrix; each matrix on the device for a tfjs matmul or an in-place
- * product, or transposed for a JS loop), and the KV cache of one sequence. A snapshot is taken after each update, so
- * training can change the variables while the engine keeps decoding the version it announced.
+ * (q, k and v as one matrix; each matrix on the device for a tfjs matmul or an in-place
+ * product, or transposed for a JS loop), and the KV cache of one sequence. A snapshot is taken
+ * after each update, so training can change the variables while the engine keeps decoding the
+ * version it announced.
+ *
+ * With in-place products ("heap": models whose weights barely fit the wasm heap) a snapshot adds
+ * nothing the size of a weight: q, k and v stay three matrices side by side (no fused copy), the
+ * head is the model's own kept transpose, and LoRA adapters stay unmerged — each adapted
+ * product adds scale·(x·A)·B, a rank-r correction (~1% of the product's work at rank 8),
+ * instead of a merged copy of every adapted matrix.
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
@@ -10,7 +17,8 @@ import { heapGemmAvailable } from "./gemmKernel.js"
 import { isWasm, upload, view } from "./heap.js"
 import { wasmPacksWeights } from "./memory.js"
 import { transpose2d } from "./matmul.js"
-import { checkWeights, type Transformer, type Weights } from "./transformer.js"
+import type { Transformer } from "./transformer.js"
+import { checkWeights, type Weights } from "./weights.js"
 
 /**
  * How the decoder multiplies: "tfjs" (the backend's matmul; on wasm XNNPACK, which keeps a packed
@@ -23,11 +31,41 @@ export type GemmKind = "tfjs" | "heap" | "js"
 export const defaultGemm = (config: ModelConfig): GemmKind =>
   tf.getBackend() === "cpu" ? "js" : isWasm() && !wasmPacksWeights(config) && heapGemmAvailable() ? "heap" : "tfjs"
 
+/** A LoRA update of some of a matrix's columns: out[:, column ..) += scale·(x·a)·b. */
+export interface LowRank {
+  readonly column: number
+  readonly rank: number
+  readonly a: Float32Array // [in, rank]
+  readonly b: Float32Array // [rank, cols]
+  readonly scale: number
+}
+
+/** out[:, u.column ..) += u.scale·(x·u.a)·u.b for x [R, n] and out [R, width]; `t` is scratch of u.rank floats. */
+export const addLowRank = (x: Float32Array, R: number, n: number, u: LowRank, out: Float32Array, width: number, t: Float32Array): void => {
+  const r = u.rank
+  const cols = u.b.length / r
+  for (let i = 0; i < R; i++) {
+    t.fill(0)
+    for (let k = 0; k < n; k++) {
+      const xv = x[i * n + k]!
+      for (let q = 0; q < r; q++) t[q]! += xv * u.a[k * r + q]!
+    }
+    const o = i * width + u.column
+    for (let q = 0; q < r; q++) {
+      const s = t[q]! * u.scale
+      const b = q * cols
+      for (let j = 0; j < cols; j++) out[o + j]! += s * u.b[b + j]!
+    }
+  }
+}
+
 /** A dense [in, out] matrix in the form its Gemm wants. */
 export interface Matrix {
   readonly rows: number // in
   readonly cols: number // out
-  readonly tensor?: tf.Tensor2D // "tfjs" and "heap": [in, out] on the device
+  readonly tensor?: tf.Tensor2D // "tfjs": [in, out] on the device
+  readonly parts?: ReadonlyArray<tf.Tensor2D> // "heap": [in, out_i] side by side, sharing the model's memory
+  readonly lowRank?: ReadonlyArray<LowRank> // "heap": LoRA adapters, unmerged
   readonly transposed?: Float32Array // "js": [out, in]
 }
 
@@ -59,16 +97,28 @@ export class DecodeWeights {
   ) {}
 
   /**
-   * Reads the model's current variables (default gemm: "tfjs" unless on the cpu backend). The
-   * matrices share the variables' memory: an update assigns a variable new memory, never writes
-   * into the old, so the snapshot stays what it was. With LoRA the server decodes with the
-   * merged weights (base + scale·A·B), computed on the backend.
+   * Reads the model's current variables (default gemm: `defaultGemm`). The matrices share the
+   * variables' memory: an update assigns a variable new memory, never writes into the old, so
+   * the snapshot stays what it was. With LoRA the server decodes with the merged weights
+   * (base + scale·A·B, computed on the backend), or with "heap" the base and a copy of the
+   * adapters.
    */
   static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
     const version = options.version ?? model.version
+    const gemm = options.gemm ?? defaultGemm(model.config)
+    const lora = model.lora
+    if (gemm === "heap" && lora !== undefined) {
+      const adapters = model.readAdapters()
+      const lowRank = (name: string): LowRank | undefined => {
+        const a = adapters[`${name}.lora_A`]
+        const b = adapters[`${name}.lora_B`]
+        return a === undefined || b === undefined ? undefined : { column: 0, rank: lora.rank, a, b, scale: lora.scale }
+      }
+      return DecodeWeights.build(model.config, (name) => model.params.get(name), version, gemm, model.headWeight(), lowRank)
+    }
     const merged = model.mergedTensors()
     try {
-      return DecodeWeights.build(model.config, (name) => merged.get(name) ?? model.params.get(name), version, options.gemm, model.headWeight())
+      return DecodeWeights.build(model.config, (name) => merged.get(name) ?? model.params.get(name), version, gemm, model.headWeight())
     } finally {
       tf.dispose([...merged.values()])
     }
@@ -86,8 +136,18 @@ export class DecodeWeights {
     }
   }
 
-  /** `head`: the head as [d, vocab] when the caller has it (a model keeps its tied embedding's transpose). */
-  private static build(config: ModelConfig, get: (name: string) => tf.Tensor | undefined, version: number, gemmKind: GemmKind | undefined, head?: tf.Tensor2D): DecodeWeights {
+  /**
+   * `head`: the head as [d, vocab] when the caller has it (a model keeps its tied embedding's
+   * transpose); `lowRank`: a matrix's unmerged LoRA update, by parameter name ("heap" only).
+   */
+  private static build(
+    config: ModelConfig,
+    get: (name: string) => tf.Tensor | undefined,
+    version: number,
+    gemmKind: GemmKind | undefined,
+    head?: tf.Tensor2D,
+    lowRank?: (name: string) => LowRank | undefined
+  ): DecodeWeights {
     const c = config
     const gemm = gemmKind ?? defaultGemm(config)
     const p = (name: string) => {
@@ -98,8 +158,21 @@ export class DecodeWeights {
     // One copy out of the wasm heap (dataSync would copy, and a Float32Array of that copy again).
     const values = (name: string) => (isWasm() ? view(p(name)).slice() : new Float32Array(p(name).dataSync() as Float32Array))
     const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
+    // "heap": matrices side by side, by name, each with its LoRA update if any.
+    const sideBySide = (names: ReadonlyArray<string>): Matrix => {
+      const parts = names.map((name) => tf.keep(tf.clone(p(name)))) // sharing the variables' memory
+      const updates: Array<LowRank> = []
+      let column = 0
+      names.forEach((name, i) => {
+        const u = lowRank?.(name)
+        if (u !== undefined) updates.push({ ...u, column })
+        column += parts[i]!.shape[1]
+      })
+      return { rows: parts[0]!.shape[0], cols: column, parts, ...(updates.length > 0 ? { lowRank: updates } : {}) }
+    }
     const matrix = (t: tf.Tensor2D): Matrix => {
       const [rows, cols] = t.shape
+      if (gemm === "heap") return { rows, cols, parts: [tf.keep(tf.clone(t))] }
       if (gemm !== "js") return { rows, cols, tensor: tf.keep(tf.clone(t)) } // shares t's memory
       const tt = transpose2d(t)
       const transposed = new Float32Array(tt.dataSync() as Float32Array)
@@ -108,23 +181,28 @@ export class DecodeWeights {
     }
     const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
       const n = (s: string) => `layers.${l}.${s}`
-      const qkv = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
+      const weight = (s: string) => (gemm === "heap" ? sideBySide([n(s)]) : matrix(p(n(s))))
+      let qkv: Matrix
+      if (gemm === "heap") qkv = sideBySide([n("attn.wq"), n("attn.wk"), n("attn.wv")])
+      else {
+        const fused = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
+        qkv = matrix(fused)
+        fused.dispose()
+      }
       const biases = ["attn.bq", "attn.bk", "attn.bv"].map((b) => optional(n(b)))
-      const layer: LayerWeights = {
+      return {
         attnNorm: values(n("attn_norm.weight")),
-        qkv: matrix(qkv),
+        qkv,
         qkvBias: biases.every((b) => b !== undefined) ? Float32Array.from([...biases[0]!, ...biases[1]!, ...biases[2]!]) : undefined,
         qNorm: optional(n("attn.q_norm.weight")),
         kNorm: optional(n("attn.k_norm.weight")),
-        wo: matrix(p(n("attn.wo"))),
+        wo: weight("attn.wo"),
         woBias: optional(n("attn.bo")),
         mlpNorm: values(n("mlp_norm.weight")),
-        w1: matrix(p(n("mlp.w1"))),
-        w3: matrix(p(n("mlp.w3"))),
-        w2: matrix(p(n("mlp.w2")))
+        w1: weight("mlp.w1"),
+        w3: weight("mlp.w3"),
+        w2: weight("mlp.w2")
       }
-      qkv.dispose()
-      return layer
     })
     const headT = head ?? (c.tieEmbeddings ? transpose2d(p("tok_embeddings.weight")) : p("lm_head.weight"))
     const headMatrix = matrix(headT)
@@ -143,8 +221,10 @@ export class DecodeWeights {
   /** Releases the device copies of the matrices. */
   dispose(): void {
     if (!(this.embeddingTable instanceof Float32Array)) this.embeddingTable.dispose()
-    for (const l of this.layers) for (const m of [l.qkv, l.wo, l.w1, l.w3, l.w2]) m?.tensor?.dispose()
-    this.head.tensor?.dispose()
+    for (const m of [...this.layers.flatMap((l) => [l.qkv, l.wo, l.w1, l.w3, l.w2]), this.head]) {
+      m.tensor?.dispose()
+      tf.dispose([...(m.parts ?? [])])
+    }
   }
 }
 

@@ -10,7 +10,7 @@ import { ChatTemplate } from "../chat/ChatTemplate.js"
 import { CheckpointError, CONFIG_FILE, GenerationConfig, loadModelDir, type ModelDir, saveModelDir } from "../checkpoint/modelDir.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { makeConfig, type ModelConfig } from "./config.js"
-import { initWeights } from "./transformer.js"
+import { initWeights } from "./weights.js"
 
 /**
  * ~1M parameters at a 512-token vocabulary, a small Llama: d_model 128, 4 layers of 4 heads,

@@ -7,7 +7,8 @@
  *   dense products   one rank-2 tfjs matmul per layer piece against weight tensors kept on the
  *                    device (on wasm: XNNPACK SIMD, its packed weights cached per tensor; ~15x a
  *                    JS loop); on wasm for a model whose packed copies would not fit, the same
- *                    product in place (`gemm: "heap"`, gemmKernel.ts); or a JS dot-product loop
+ *                    product in place (`gemm: "heap"`, gemmKernel.ts; LoRA adapters unmerged,
+ *                    added as a rank-r JS loop); or a JS dot-product loop
  *                    over transposed weights (`gemm: "js"`, used on the cpu backend)
  *   MLP, ≥ 4 rows    W2·(silu(W1·h) ⊙ W3·h) as one short chain of tfjs ops (vectorized sigmoid)
  *   attention        the SIMD wasm kernels of attentionKernel.ts, over caches in their memory
@@ -23,8 +24,8 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "./config.js"
-import { type DecodeWeights, KvCache, type LayerWeights, type Matrix } from "./decodeWeights.js"
-import { heapGemm, heapGemmInto } from "./gemmKernel.js"
+import { addLowRank, type DecodeWeights, KvCache, type LayerWeights, type Matrix } from "./decodeWeights.js"
+import { heapGemmInto } from "./gemmKernel.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable, rotateRow } from "./ops.js"
@@ -296,24 +297,16 @@ export class FastDecoder {
   /** x [R, in] · m [in, out] → a scratch buffer [R, out] (valid until the next call with `name`). */
   private gemm(x: Float32Array, R: number, m: Matrix, name: string): Float32Array {
     const out = this.scratch.get(`gemm-${name}`, R * m.cols)
+    if (m.parts !== undefined) {
+      this.heapProduct(x, R, m, out)
+      return out
+    }
     if (m.tensor !== undefined) {
-      const kept = R === 1 && isWasm()
-      let tx = kept ? this.rowInputs.get(m.rows) : undefined
-      if (kept && tx === undefined) this.rowInputs.set(m.rows, (tx = tf.fill([1, m.rows], 0) as tf.Tensor2D))
-      if (tx !== undefined) view(tx).set(x.subarray(0, m.rows))
-      else tx = upload<tf.Rank.R2>(x.subarray(0, R * m.rows), [R, m.rows])
-      if (this.weights.gemm === "heap" && kept) {
-        // In place, into a kept output row too: nothing allocated per product.
-        let ty = this.rowOutputs.get(m.cols)
-        if (ty === undefined) this.rowOutputs.set(m.cols, (ty = tf.fill([1, m.cols], 0) as tf.Tensor2D))
-        heapGemmInto(tx, m.tensor, ty)
-        out.set(view(ty))
-        return out
-      }
-      const ty = this.weights.gemm === "heap" ? heapGemm(tx, m.tensor) : tf.matMul(tx, m.tensor)
+      const tx = this.inputRows(x, R, m.rows)
+      const ty = tf.matMul(tx, m.tensor)
       out.set(view(ty))
       ty.dispose()
-      if (!kept) tx.dispose()
+      if (R !== 1 || !isWasm()) tx.dispose()
       return out
     }
     const wt = m.transposed!
@@ -329,6 +322,36 @@ export class FastDecoder {
       }
     }
     return out
+  }
+
+  /** x's R rows of `width` as a tensor: for one row on wasm a kept one, rewritten (the caller disposes the others). */
+  private inputRows(x: Float32Array, R: number, width: number): tf.Tensor2D {
+    if (R !== 1 || !isWasm()) return upload<tf.Rank.R2>(x.subarray(0, R * width), [R, width])
+    let tx = this.rowInputs.get(width)
+    if (tx === undefined) this.rowInputs.set(width, (tx = tf.fill([1, width], 0) as tf.Tensor2D))
+    view(tx).set(x.subarray(0, width))
+    return tx
+  }
+
+  /**
+   * x·m in place on the wasm heap (gemmKernel.ts), each of m's parts into its columns, then m's
+   * unmerged LoRA updates (decodeWeights.ts). One row reuses kept input and output tensors:
+   * nothing allocated per product.
+   */
+  private heapProduct(x: Float32Array, R: number, m: Matrix, out: Float32Array): void {
+    const parts = m.parts!
+    const tx = this.inputRows(x, R, m.rows)
+    let ty = R === 1 ? this.rowOutputs.get(m.cols) : undefined
+    if (R === 1 && ty === undefined) this.rowOutputs.set(m.cols, (ty = tf.fill([1, m.cols], 0) as tf.Tensor2D))
+    ty ??= tf.zeros([R, m.cols]) as tf.Tensor2D
+    let column = 0
+    for (const part of parts) {
+      heapGemmInto(tx, part, ty, parts.length === 1 ? undefined : column)
+      column += part.shape[1]
+    }
+    out.set(view(ty))
+    if (R !== 1) tf.dispose([tx, ty])
+    for (const u of m.lowRank ?? []) addLowRank(x, R, m.rows, u, out, m.cols, this.scratch.get("low-rank", u.rank))
   }
 }
 

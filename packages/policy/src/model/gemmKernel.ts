@@ -13,7 +13,8 @@
  *                      columns, so W streams through in long runs and the block of out stays in
  *                      cache: ~12 GB/s from memory here, 1.4× the tile loop's rate on one row
  *
- * It is used only for models the packed copies do not fit (decodeWeights.ts);
+ * It is used only for models the packed copies do not fit: by the decoder (decodeWeights.ts) and
+ * for the frozen weights of LoRA training (matmul.ts `heapProducts`, headLogprobs.ts);
  * test/policy/gemm-kernel.test.ts holds it to tfjs's matmul.
  */
 import * as tf from "@tensorflow/tfjs"
@@ -137,30 +138,39 @@ export const heapGemm = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
   return out
 }
 
-/** `x·w` into `out` [R, m] (overwritten; a tensor the caller keeps, to spare an allocation per product). */
-export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D): void => {
+/**
+ * `x·w` into `out` (a tensor the caller keeps, to spare an allocation per product): all of it
+ * [R, m], overwritten; or with `column`, the m columns of a wider out [R, width] from there on
+ * (the rest of out left as it is: q, k and v side by side, each from its own matrix).
+ */
+export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
   const kern = kernel()
   if (kern === null) throw new Error("heapGemm: needs the wasm backend with SIMD")
   const [rows, k] = x.shape
   const [kw, cols] = w.shape
-  if (k !== kw || out.shape[0] !== rows || out.shape[1] !== cols) {
-    throw new Error(`heapGemm: shapes [${x.shape}] and [${w.shape}] do not multiply into [${out.shape}]`)
+  const width = out.shape[1]
+  const c0 = column ?? 0
+  if (k !== kw || out.shape[0] !== rows || (column === undefined ? width !== cols : c0 < 0 || c0 + cols > width)) {
+    throw new Error(`heapGemm: shapes [${x.shape}] and [${w.shape}] do not multiply into [${out.shape}]${column === undefined ? "" : ` at column ${column}`}`)
   }
   // Offsets are stable (the kernel allocates nothing, and a tensor's memory never moves).
-  const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out)
+  const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out) + c0 * 4
   const full = rows - (rows % MR)
   // Whole 8-column panels for the tiles, whole 4-float groups for single rows; a JS loop for the rest.
   const panels = cols - (cols % NR)
   const quads = cols - (cols % 4)
   if (full > 0 && panels > 0) {
-    internals().wasm.HEAPF32.fill(0, oo >>> 2, (oo >>> 2) + full * cols) // the tiles accumulate into out
+    // The tiles accumulate into out: zero it first (in one run when the columns are all of it).
+    const heap = internals().wasm.HEAPF32
+    if (width === cols) heap.fill(0, oo >>> 2, (oo >>> 2) + full * cols)
+    else for (let i = 0; i < full; i++) heap.fill(0, (oo >>> 2) + i * width, (oo >>> 2) + i * width + panels)
     for (let k0 = 0; k0 < k; k0 += K_BLOCK) {
-      kern.gemm4(xo + k0 * 4, wo + k0 * cols * 4, full, Math.min(K_BLOCK, k - k0), panels, oo, k * 4, cols * 4, cols * 4)
+      kern.gemm4(xo + k0 * 4, wo + k0 * cols * 4, full, Math.min(K_BLOCK, k - k0), panels, oo, k * 4, cols * 4, width * 4)
     }
   }
   for (let i = full; i < rows; i++) {
     for (let j = 0; j < quads; j += ROW_BLOCK) {
-      kern.axpyRows(xo + i * k * 4, wo + j * 4, k, cols * 4, Math.min(ROW_BLOCK, quads - j) * 4, oo + (i * cols + j) * 4)
+      kern.axpyRows(xo + i * k * 4, wo + j * 4, k, cols * 4, Math.min(ROW_BLOCK, quads - j) * 4, oo + (i * width + j) * 4)
     }
   }
   const heap = internals().wasm.HEAPF32
@@ -169,7 +179,7 @@ export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D): 
       for (let j = j0; j < cols; j++) {
         let s = 0
         for (let t = 0; t < k; t++) s += heap[(xo >>> 2) + i * k + t]! * heap[(wo >>> 2) + t * cols + j]!
-        heap[(oo >>> 2) + i * cols + j] = s
+        heap[(oo >>> 2) + i * width + j] = s
       }
     }
   }

@@ -18,8 +18,13 @@
  *   tiedHead      h·Eᵀ for a head tied to the embedding E [vocab, d], E trained: the forward
  *                 uses Eᵀ (transposed once per change of E, see Transformer), dh = dy·E needs
  *                 no transpose, dE = (hᵀ·dy)ᵀ
+ *
+ * The frozen products take their `Products`: tfjs's matmul, or on wasm for a model whose packed
+ * copies would not fit the heap, products in place (gemmKernel.ts; `dy·Wᵀ` then transposes W
+ * into a short-lived copy of one matrix, a few MB, not a packed copy of every weight).
  */
 import * as tf from "@tensorflow/tfjs"
+import { heapGemm } from "./gemmKernel.js"
 import { backward, isWasm, view } from "./heap.js"
 import { transposeInto } from "./transpose.js"
 
@@ -52,6 +57,26 @@ const transposedTimes = (a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D => {
   return out
 }
 
+/** How a frozen weight is multiplied: `x·w`, and `x·wᵀ`. */
+export interface Products {
+  readonly times: (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D
+  readonly timesTransposed: (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D
+}
+
+/** tfjs's matmul (on wasm XNNPACK, which caches a packed copy of every right-hand matrix). */
+export const tfjsProducts: Products = { times: (x, w) => tf.matMul(x, w), timesTransposed }
+
+/** In place on the wasm heap (gemmKernel.ts). */
+export const heapProducts: Products = {
+  times: heapGemm,
+  timesTransposed: (x, w) => {
+    const wt = transpose2d(w)
+    const out = heapGemm(x, wt)
+    wt.dispose()
+    return out
+  }
+}
+
 /** `a·b` for rank-2 tensors, both trained (or feeding something trained). */
 export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.customGrad(
   // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
@@ -72,20 +97,28 @@ export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.custom
  * `x·w` with `w` frozen: the gradient reaches x alone. `wT`, when the caller keeps it, is `wᵀ`
  * (else it is transposed in the backward pass, and dropped after).
  */
-export const frozenMatmul = (x: tf.Tensor2D, w: tf.Tensor2D, wT?: tf.Tensor2D): tf.Tensor2D =>
+export const frozenMatmul = (x: tf.Tensor2D, w: tf.Tensor2D, wT?: tf.Tensor2D, products: Products = tfjsProducts): tf.Tensor2D =>
   (
     tf.customGrad(
       // @ts-expect-error see matmul
       (x: tf.Tensor2D) => ({
-        value: tf.matMul(x, w),
+        value: products.times(x, w),
         gradFunc: (dy: tf.Tensor2D) =>
-          backward(dy, [], () => [wT !== undefined ? tf.matMul(dy, wT) : timesTransposed(dy, w)])
+          backward(dy, [], () => [wT !== undefined ? products.times(dy, wT) : products.timesTransposed(dy, w)])
       })
     ) as (x: tf.Tensor2D) => tf.Tensor2D
   )(x)
 
 /** `x·w + scale·(xd·a)·b` with `w` frozen (see the module comment); gradients reach x, xd, a and b. */
-export const loraLinear = (x: tf.Tensor2D, xd: tf.Tensor2D, w: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, scale: number): tf.Tensor2D =>
+export const loraLinear = (
+  x: tf.Tensor2D,
+  xd: tf.Tensor2D,
+  w: tf.Tensor2D,
+  a: tf.Tensor2D,
+  b: tf.Tensor2D,
+  scale: number,
+  products: Products = tfjsProducts
+): tf.Tensor2D =>
   (
     tf.customGrad(
       // @ts-expect-error see matmul
@@ -93,12 +126,12 @@ export const loraLinear = (x: tf.Tensor2D, xd: tf.Tensor2D, w: tf.Tensor2D, a: t
         const xa = tf.mul(tf.matMul(xd, a), scale) as tf.Tensor2D // [N, rank]
         save([xd, a, b, xa])
         return {
-          value: tf.add(tf.matMul(x, w), tf.matMul(xa, b)),
+          value: tf.add(products.times(x, w), tf.matMul(xa, b)),
           gradFunc: (dy: tf.Tensor2D, saved: Array<tf.Tensor>) =>
             backward(dy, saved, () => {
               const [sxd, sa, sb, sxa] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D]
               const dxa = tf.mul(timesTransposed(dy, sb), scale) as tf.Tensor2D // d(xd·a)
-              return [timesTransposed(dy, w), timesTransposed(dxa, sa), transposedTimes(sxd, dxa), transposedTimes(sxa, dy)]
+              return [products.timesTransposed(dy, w), timesTransposed(dxa, sa), transposedTimes(sxd, dxa), transposedTimes(sxa, dy)]
             })
         }
       }

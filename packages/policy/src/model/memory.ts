@@ -7,11 +7,12 @@
  * packed copy of every matrix it multiplies by (the engine's decoding snapshot shares the
  * variables' memory, but fuses q/k/v into a copy and, with LoRA, holds the merged matrices);
  * for full fine-tuning also a gradient and AdamW's two moments per weight. With LoRA only the
- * adapters have gradients and moments, so that figure (`servingBytes`) stands. A device that
- * only serves (`reins serve`) and whose packed copies would not fit multiplies in place instead
- * (gemmKernel.ts): the variables once, plus the fused q/k/v and, for a tied head, the
- * embedding's transpose (`inPlaceServingBytes`). Activations and KV caches (in the decoder's own
- * wasm memory) come on top, so the estimate is a lower bound.
+ * adapters have gradients and moments, so that figure (`servingBytes`) stands. Where the packed
+ * copies would not fit (`wasmPacksWeights`), serving and LoRA training multiply the weights in
+ * place instead (gemmKernel.ts): the variables once, plus for a tied head the embedding's
+ * transpose (`inPlaceServingBytes`; the snapshot then shares every matrix and keeps the
+ * adapters unmerged). Activations and KV caches (in the decoder's own wasm memory) come on top,
+ * so the estimate is a lower bound.
  */
 import { type ModelConfig, parameterCount } from "./config.js"
 
@@ -24,19 +25,18 @@ export interface MemoryNeed {
   readonly parameters: number
   /** Serving and LoRA training: the weights and XNNPACK's packed copies. */
   readonly servingBytes: number
-  /** Serving alone with products in place (gemmKernel.ts). */
+  /** Serving, and LoRA training, with products in place (gemmKernel.ts). */
   readonly inPlaceServingBytes: number
   readonly fullTrainingBytes: number
 }
 
 export const memoryNeed = (config: ModelConfig): MemoryNeed => {
   const parameters = parameterCount(config)
-  const fusedQkv = config.nLayers * config.dModel * (config.qDim + 2 * config.kvDim)
   const headTranspose = config.tieEmbeddings ? config.vocabSize * config.dModel : 0
   return {
     parameters,
     servingBytes: parameters * 4 * 2,
-    inPlaceServingBytes: (parameters + fusedQkv + headTranspose) * 4,
+    inPlaceServingBytes: (parameters + headTranspose) * 4,
     fullTrainingBytes: parameters * 4 * 5
   }
 }
@@ -48,22 +48,33 @@ export const memoryNeed = (config: ModelConfig): MemoryNeed => {
  */
 export const wasmPacksWeights = (config: ModelConfig): boolean => memoryNeed(config).servingBytes <= WASM_HEAP_BYTES * 0.75
 
+/** What serving and LoRA training hold of the weights: with packed copies where they fit, else in place. */
+const loraWeightBytes = (config: ModelConfig): number =>
+  wasmPacksWeights(config) ? memoryNeed(config).servingBytes : memoryNeed(config).inPlaceServingBytes
+
 /**
  * The reason `config` cannot run on the wasm backend, or undefined when it fits: for serving
- * alone (`serveOnly`), for serving and training LoRA adapters, or for training every weight.
+ * alone (`serveOnly`: the weights must fit), for serving and training LoRA adapters (the weights
+ * in three quarters of the heap, leaving the rest for a micro-batch's activations), or for
+ * training every weight.
  */
 export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolean; readonly serveOnly?: boolean }): string | undefined => {
   const need = memoryNeed(config)
-  const bytes = options.serveOnly === true ? need.inPlaceServingBytes : options.lora ? need.servingBytes : need.fullTrainingBytes
-  if (bytes <= WASM_HEAP_BYTES) return undefined
-  const gib = (b: number) => `${(b / GIB).toFixed(1)} GiB`
-  const what = options.serveOnly === true
-    ? "serving it"
+  const [bytes, limit] = options.serveOnly === true
+    ? [need.inPlaceServingBytes, WASM_HEAP_BYTES]
     : options.lora
-    ? `serving it while training LoRA adapters (serving alone: ${gib(need.inPlaceServingBytes)})`
-    : `training all its weights (serving alone: ${gib(need.inPlaceServingBytes)})`
+    ? [loraWeightBytes(config), WASM_HEAP_BYTES * 0.75]
+    : [need.fullTrainingBytes, WASM_HEAP_BYTES]
+  if (bytes <= limit) return undefined
+  const gib = (b: number) => `${(b / GIB).toFixed(1)} GiB`
+  const heap = `the wasm backend's ${gib(WASM_HEAP_BYTES)} heap`
+  const what = options.serveOnly === true
+    ? `serving it needs at least ${gib(bytes)} of ${heap}`
+    : options.lora
+    ? `serving it while training LoRA adapters needs ${gib(bytes)} for the weights alone, more than the ${gib(limit)} of ${heap} that leave room for a micro-batch`
+    : `training all its weights (serving alone: ${gib(need.inPlaceServingBytes)}) needs at least ${gib(bytes)} of ${heap}`
   return (
-    `the model has ${(need.parameters / 1e6).toFixed(0)}M parameters: ${what} needs at least ${gib(bytes)} of the wasm backend's ${gib(WASM_HEAP_BYTES)} heap. ` +
+    `the model has ${(need.parameters / 1e6).toFixed(0)}M parameters: ${what}. ` +
     `Use the tensorflow backend (REINS_BACKEND=tensorflow with @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node installed), which is not bound by that heap${options.lora || options.serveOnly === true ? "" : ", or train LoRA adapters (trainer.lora)"}`
   )
 }
@@ -73,12 +84,14 @@ export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolea
  * `seqLen`: per layer about eight activations of the model's width and eight of its MLP's (saved
  * inputs, SwiGLU's gate/up/product and their gradients), one layer's attention scores and their
  * gradient (heads × seqLen each), and about six vocabulary-wide rows (the one-hot embedding
- * input, logits, log-softmax, one-hot targets and the logits' gradient). Calibrated against
- * `tf.profile`'s peak on the wasm backend: an upper bound by 1.2–2× over the shapes in
+ * input, logits, log-softmax, one-hot targets and the logits' gradient) — none with the head
+ * fused with the log-softmax (`fusedHead`, headLogprobs.ts: LoRA with products in place), which
+ * keeps a vector of the model's width per token instead. Calibrated against `tf.profile`'s peak
+ * on the wasm backend: an upper bound by 1.2–2× over the shapes in
  * test/policy/backend-memory.test.ts, which checks it.
  */
-export const trainingBytesPerToken = (config: ModelConfig, seqLen: number): number =>
-  4 * (config.nLayers * 8 * (config.dModel + config.dFf) + 2 * config.nHeads * seqLen + 6 * config.vocabSize + 8 * config.dModel)
+export const trainingBytesPerToken = (config: ModelConfig, seqLen: number, options: { readonly fusedHead?: boolean } = {}): number =>
+  4 * (config.nLayers * 8 * (config.dModel + config.dFf) + 2 * config.nHeads * seqLen + (options.fusedHead === true ? 0 : 6 * config.vocabSize) + 8 * config.dModel)
 
 /** The largest tensor of a micro-batch, per token: the logits (or one layer's attention scores). */
 const largestTensorBytesPerToken = (config: ModelConfig, seqLen: number): number => 4 * Math.max(config.vocabSize, config.nHeads * seqLen)
@@ -107,12 +120,16 @@ export const fitMicroBatchTokens = (
     readonly lora: boolean
     readonly maxTensorBytes?: number | undefined
     readonly speedTokens?: number | undefined
+    /** LoRA with the base multiplied in place (`Transformer.products` "heap"). */
+    readonly inPlace?: boolean | undefined
   }
 ): MicroBatchFit => {
   const need = memoryNeed(config)
-  const fixed = options.lora ? need.servingBytes : need.fullTrainingBytes
+  const inPlace = options.lora && options.inPlace === true
+  const fixed = inPlace ? need.inPlaceServingBytes : options.lora ? need.servingBytes : need.fullTrainingBytes
   const activationBytes = Math.max(0, Math.floor(options.memoryBytes * 0.75) - fixed)
-  const candidates: Array<[number, MicroBatchFit["boundBy"]]> = [[Math.floor(activationBytes / trainingBytesPerToken(config, options.seqLen)), "memory"]]
+  const perToken = trainingBytesPerToken(config, options.seqLen, { fusedHead: inPlace })
+  const candidates: Array<[number, MicroBatchFit["boundBy"]]> = [[Math.floor(activationBytes / perToken), "memory"]]
   if (options.maxTensorBytes !== undefined) {
     candidates.push([Math.floor(options.maxTensorBytes / largestTensorBytesPerToken(config, options.seqLen)), "tensor size"])
   }

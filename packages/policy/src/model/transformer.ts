@@ -18,16 +18,23 @@
  * them to and from Hugging Face's). With LoRA adapters attached the base weights are frozen, and
  * the pass is built of ops that compute no gradient for them (matmul.ts). Its ops keep what
  * their gradients need and free it as the backward pass goes (heap.ts `backward`), so the wasm
- * heap bounds a micro-batch by the forward pass's activations alone.
+ * heap bounds a micro-batch by the forward pass's activations alone. On wasm, a model whose
+ * weights XNNPACK's packed copies would not fit beside (memory.ts `wasmPacksWeights`) multiplies
+ * its frozen weights in place (`products`), and `tokenLogprobs` then runs the head and the
+ * log-probabilities chunk by chunk (headLogprobs.ts) instead of holding every row's logits.
  */
 import * as tf from "@tensorflow/tfjs"
-import { Rng } from "../random.js"
 import { type ModelConfig, parameterShapes } from "./config.js"
 import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
+import { checkWeights, initWeights, type Weights, WeightsError } from "./weights.js"
 import { upload } from "./heap.js"
 import { attention, type AttentionLayout } from "./attention.js"
-import { frozenMatmul, loraLinear, matmul, tiedHead, transpose2d } from "./matmul.js"
-import { embed, residual, rmsNorm, type RopeTable, ropeTable, swiglu } from "./ops.js"
+import { heapGemmAvailable } from "./gemmKernel.js"
+import { headLogprobs, type HeadLogprobs } from "./headLogprobs.js"
+import { isWasm } from "./heap.js"
+import { frozenMatmul, heapProducts, loraLinear, matmul, type Products, tfjsProducts, tiedHead, transpose2d } from "./matmul.js"
+import { wasmPacksWeights } from "./memory.js"
+import { embed, residual, rmsNorm, type RopeTable, ropeTable, swiglu, tokenLogprobs } from "./ops.js"
 
 /**
  * A training micro-batch: `rows` rows of `seqLen` tokens, row-major. `segments` numbers the
@@ -40,12 +47,6 @@ export interface TokenBatch {
   readonly inputIds: Int32Array
   readonly positions: Int32Array
   readonly segments: Int32Array
-}
-
-export type Weights = Record<string, Float32Array>
-
-export class WeightsError extends Error {
-  override readonly name = "WeightsError"
 }
 
 /** Index, within its row, of the first token of each token's sequence. */
@@ -78,6 +79,12 @@ export class Transformer {
   private readonly rope: RopeTable
   /** Transposes kept while the parameter they were taken of is unchanged (by its data; see `transposed`). */
   private readonly transposes = new Map<string, { readonly of: object; readonly t: tf.Tensor2D }>()
+  /**
+   * How the frozen base weights are multiplied once LoRA adapters are attached: in place on the
+   * wasm heap ("heap", gemmKernel.ts) where XNNPACK's packed copies would not fit, else tfjs's
+   * matmul. Trained weights always use tfjs's. Tests set "heap" on models too small to need it.
+   */
+  products: "tfjs" | "heap"
 
   /** Takes the tensors (checked by the caller) as its variables' initial values; a variable shares its tensor's memory. */
   private constructor(
@@ -93,6 +100,7 @@ export class Transformer {
     )
     this.version = config.version
     this.rope = ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling)
+    this.products = isWasm() && !wasmPacksWeights(config) && heapGemmAvailable() ? "heap" : "tfjs"
   }
 
   /** A model with the given weights (checked against the config's names and shapes). */
@@ -208,6 +216,34 @@ export class Transformer {
 
   /** Logits [rows·seqLen, vocab] for every token of a packed batch. */
   forward(batch: TokenBatch, options: { readonly training?: boolean } = {}): tf.Tensor2D {
+    return tf.tidy(() => this.head(this.trunk(batch, options)))
+  }
+
+  /**
+   * log π(targets[i]) and the entropy of π at every token of a packed batch (targets aligned with
+   * its tokens): the logits' log-softmax, or with the head frozen and multiplied in place the
+   * head and log-softmax fused, chunk by chunk (headLogprobs.ts). With `training` the
+   * log-probabilities carry gradients to what is trained.
+   */
+  tokenLogprobs(batch: TokenBatch, targets: Int32Array, options: { readonly training?: boolean } = {}): HeadLogprobs {
+    const fused = this.frozen && this.products === "heap"
+    const head = this.config.tieEmbeddings ? "tok_embeddings.weight" : "lm_head.weight"
+    let entropy: tf.Tensor1D | undefined
+    const logprobs = tf.tidy(() => {
+      let out: HeadLogprobs
+      if (fused) {
+        // The head [d, V] and its transpose [V, d]: the embedding's kept transpose and the embedding, or lm_head and its kept transpose.
+        const [w, wT] = this.config.tieEmbeddings ? [this.headWeight(), this.param(head) as tf.Tensor2D] : [this.param(head) as tf.Tensor2D, this.transposed(head)]
+        out = headLogprobs(this.trunk(batch, options), w, wT, targets, options.training ?? false)
+      } else out = tokenLogprobs(this.forward(batch, options), targets)
+      entropy = tf.keep(out.entropy)
+      return out.logprobs
+    })
+    return { logprobs, entropy: entropy! }
+  }
+
+  /** The final norm's output [rows·seqLen, d] for every token of a packed batch (call within a tidy). */
+  private trunk(batch: TokenBatch, options: { readonly training?: boolean }): tf.Tensor2D {
     const { rows, seqLen } = batch
     const c = this.config
     if (seqLen > c.contextLength) throw new WeightsError(`rows of ${seqLen} tokens exceed the context of ${c.contextLength}`)
@@ -222,13 +258,11 @@ export class Transformer {
       rope: this.rope,
       training: options.training ?? false
     }
-    return tf.tidy(() => {
-      let x = embed(batch.inputIds, this.param("tok_embeddings.weight") as tf.Tensor2D)
-      // A tidy per layer drops what its backward pass does not need (what it does is saved and
-      // kept by tfjs) as soon as the layer is done, not at the end of the whole pass.
-      for (let l = 0; l < c.nLayers; l++) x = tf.tidy(() => this.block(x, l, layout))
-      return this.head(x)
-    })
+    let x = embed(batch.inputIds, this.param("tok_embeddings.weight") as tf.Tensor2D)
+    // A tidy per layer drops what its backward pass does not need (what it does is saved and
+    // kept by tfjs) as soon as the layer is done, not at the end of the whole pass.
+    for (let l = 0; l < c.nLayers; l++) x = tf.tidy(() => this.block(x, l, layout))
+    return this.norm(x, "norm")
   }
 
   /**
@@ -237,6 +271,11 @@ export class Transformer {
    */
   private get frozen(): boolean {
     return this.adapters !== undefined
+  }
+
+  /** How the frozen weights are multiplied (see `products`). */
+  private get frozenProducts(): Products {
+    return this.products === "heap" ? heapProducts : tfjsProducts
   }
 
   private norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
@@ -251,8 +290,8 @@ export class Transformer {
     if (site !== undefined) {
       const { config, variables } = this.adapters!
       const input = training && config.dropout > 0 ? (tf.dropout(x, config.dropout) as tf.Tensor2D) : x
-      y = loraLinear(x, input, w, variables.get(site.a) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D, config.scale)
-    } else y = this.frozen ? frozenMatmul(x, w) : matmul(x, w)
+      y = loraLinear(x, input, w, variables.get(site.a) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D, config.scale, this.frozenProducts)
+    } else y = this.frozen ? frozenMatmul(x, w, undefined, this.frozenProducts) : matmul(x, w)
     const b = this.params.get(bias)
     return b === undefined ? y : tf.add(y, b)
   }
@@ -283,15 +322,14 @@ export class Transformer {
     return residual(x, linear(hidden, "mlp.w2"))
   }
 
-
-  private head(x: tf.Tensor2D): tf.Tensor2D {
-    const h = this.norm(x, "norm")
+  /** Logits of the final norm's output h. */
+  private head(h: tf.Tensor2D): tf.Tensor2D {
     if (this.config.tieEmbeddings) {
       const e = this.param("tok_embeddings.weight") as tf.Tensor2D
-      return this.frozen ? frozenMatmul(h, this.headWeight(), e) : tiedHead(h, e, this.headWeight())
+      return this.frozen ? frozenMatmul(h, this.headWeight(), e, this.frozenProducts) : tiedHead(h, e, this.headWeight())
     }
     const w = this.param("lm_head.weight") as tf.Tensor2D
-    return this.frozen ? frozenMatmul(h, w, this.transposed("lm_head.weight")) : matmul(h, w)
+    return this.frozen ? frozenMatmul(h, w, this.transposed("lm_head.weight"), this.frozenProducts) : matmul(h, w)
   }
 
   /**
@@ -346,35 +384,4 @@ const assignValues = (v: tf.Variable, values: Float32Array): void => {
   const t = upload(values, v.shape)
   v.assign(t)
   t.dispose()
-}
-
-/** Throws a WeightsError unless `weights` has exactly the expected names and sizes. */
-export const checkWeights = (shapes: Record<string, ReadonlyArray<number>>, weights: Weights): void => {
-  for (const [name, shape] of Object.entries(shapes)) {
-    const w = weights[name]
-    const size = shape.reduce((a, b) => a * b, 1)
-    if (w === undefined) throw new WeightsError(`missing parameter ${name} [${shape.join(", ")}]`)
-    if (w.length !== size) throw new WeightsError(`parameter ${name} has ${w.length} values, expected [${shape.join(", ")}] = ${size}`)
-  }
-  for (const name of Object.keys(weights)) if (!(name in shapes)) throw new WeightsError(`unexpected parameter ${name}`)
-}
-
-/**
- * GPT-2 style initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
- * (attn.wo, mlp.w2) scaled by 1/√(2·layers), norm scales 1, biases 0.
- */
-export const initWeights = (config: ModelConfig, seed: number): Weights => {
-  const rng = new Rng(seed)
-  const residualStd = 0.02 / Math.sqrt(2 * config.nLayers)
-  const out: Weights = {}
-  for (const [name, shape] of Object.entries(parameterShapes(config))) {
-    const w = new Float32Array(shape.reduce((a, b) => a * b, 1))
-    if (name.endsWith("norm.weight")) w.fill(1)
-    else if (!/\.attn\.b[qkvo]$/.test(name)) {
-      const std = name.endsWith("attn.wo") || name.endsWith("mlp.w2") ? residualStd : 0.02
-      for (let i = 0; i < w.length; i++) w[i] = std * rng.normal()
-    }
-    out[name] = w
-  }
-  return out
 }

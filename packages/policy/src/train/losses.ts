@@ -20,8 +20,8 @@
  * computes the diagnostics from those values in JavaScript.
  */
 import * as tf from "@tensorflow/tfjs"
+import type { HeadLogprobs } from "../model/headLogprobs.js"
 import { upload } from "../model/heap.js"
-import { tokenLogprobs } from "../model/ops.js"
 import { type MicroBatch, PackingError } from "./microbatch.js"
 
 export interface PgSettings {
@@ -45,9 +45,8 @@ export interface LossOutput {
   readonly oldLogprobs: Float32Array | undefined
 }
 
-/** −Σ w·log π(y). */
-export const sftLoss = (logits: tf.Tensor2D, batch: MicroBatch): LossOutput => {
-  const { logprobs, entropy } = tokenLogprobs(logits, batch.targets)
+/** −Σ w·log π(y), from the model's log-probabilities of the batch's targets (`Transformer.tokenLogprobs`). */
+export const sftLoss = ({ entropy, logprobs }: HeadLogprobs, batch: MicroBatch): LossOutput => {
   const loss = tf.neg(tf.sum(tf.mul(logprobs, upload(batch.weights, [batch.weights.length])))) as tf.Scalar
   return { loss, logprobs, entropy, oldLogprobs: undefined }
 }
@@ -60,9 +59,8 @@ export const importanceWeights = (old: Float32Array, behavior: Float32Array, cap
 }
 
 /** The PPO dual-clip loss with truncated importance sampling (see the module comment). */
-export const policyGradientLoss = (logits: tf.Tensor2D, batch: MicroBatch, s: PgSettings): LossOutput => {
+export const policyGradientLoss = ({ entropy, logprobs }: HeadLogprobs, batch: MicroBatch, s: PgSettings): LossOutput => {
   if (!batch.hasPolicyGradientInputs) throw new PackingError({ message: "the policy-gradient loss needs advantages and behaviorLogprobs on every sequence" })
-  const { logprobs, entropy } = tokenLogprobs(logits, batch.targets)
   const n = batch.targets.length
   // π_old is a constant: given, or the current values with the gradient stopped.
   const old = batch.oldLogprobs ?? new Float32Array(logprobs.dataSync() as Float32Array)

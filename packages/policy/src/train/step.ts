@@ -29,8 +29,8 @@ export const microBatchGradients = async (model: Transformer, batch: MicroBatch,
   const names = new Map(model.variables().map((v) => [v.name, v] as const))
   let kept: { readonly entropy: tf.Tensor1D; readonly logprobs: tf.Tensor1D; readonly old: Float32Array | undefined } | undefined
   const { value, grads } = tf.variableGrads(() => {
-    const logits = model.forward(batch, { training: true })
-    const out: LossOutput = objective.kind === "sft" ? sftLoss(logits, batch) : policyGradientLoss(logits, batch, objective)
+    const scores = model.tokenLogprobs(batch, batch.targets, { training: true })
+    const out: LossOutput = objective.kind === "sft" ? sftLoss(scores, batch) : policyGradientLoss(scores, batch, objective)
     // read after the step's work is queued, not in the middle of it
     kept = { entropy: tf.keep(out.entropy), logprobs: tf.keep(out.logprobs), old: out.oldLogprobs }
     return out.loss
@@ -126,7 +126,7 @@ export const scoreSequences = async (model: Transformer, sequences: ReadonlyArra
   const out: Array<Float32Array | undefined> = sequences.map(() => undefined)
   for (const batch of packSequences(sequences, options)) {
     const values = tf.tidy(() => {
-      const { entropy, logprobs } = sftLoss(model.forward(batch), batch)
+      const { entropy, logprobs } = model.tokenLogprobs(batch, batch.targets)
       entropy.dispose()
       return logprobs
     })

@@ -4,7 +4,7 @@
  * and describing a model of our own as the Hugging Face architecture it is.
  */
 import { type ModelConfig } from "../../model/config.js"
-import type { Weights } from "../../model/transformer.js"
+import type { Weights } from "../../model/weights.js"
 import { decodeHfConfig, encodeHfConfig, type HfArchitecture, type HfDtype, type HfModelConfig } from "./config.js"
 import { encodeHfWeights, HF_INDEX_FILE } from "./weights.js"
 

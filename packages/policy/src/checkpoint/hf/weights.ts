@@ -9,7 +9,7 @@
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { type ModelConfig, parameterShapes } from "../../model/config.js"
-import type { Weights } from "../../model/transformer.js"
+import type { Weights } from "../../model/weights.js"
 import { transpose, transposeInto } from "../../model/transpose.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
 import { encodeSafetensors, SafetensorsReader, type TensorEntry, typedValues } from "../safetensors.js"
