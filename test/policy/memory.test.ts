@@ -7,8 +7,10 @@
  */
 import { expect, it } from "@effect/vitest"
 import {
-  decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, fitMicroBatchTokens, memoryNeed, trainingBytesPerToken, WASM_HEAP_BYTES, wasmMisfit, wasmPacksWeights
+  decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, fitMicroBatchTokens, memoryNeed, readModelConfig, trainingBytesPerToken, WASM_HEAP_BYTES, wasmMisfit,
+  wasmPacksWeights
 } from "@reins/policy"
+import { ScoreRequest, TrainRequest, TrainSample, TrainSettings } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
 import { Cause, Effect, Exit, Layer } from "effect"
 import * as fs from "node:fs"
@@ -70,6 +72,34 @@ describe("the wasm heap", () => {
       const error = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm", serveOnly: true })))
       expect(error.message).not.toMatch(/heap/)
       expect(error.message).toMatch(/cannot read .*qwen3-0\.6b-serve\/tokenizer\.json/)
+    }), 60_000)
+
+  it.effect("a serving-only device whose model fits for serving alone refuses Train and Score, saying why (REINS_DEVICE_MEMORY_MB)", () =>
+    Effect.gen(function*() {
+      const dir = path.join(tmp, "serve-only")
+      yield* Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm", createDefault: true })) // writes the default model
+      const need = memoryNeed(yield* readModelConfig(dir))
+      // A heap between what serving needs and what training every weight needs.
+      const mib = (need.inPlaceServingBytes + need.fullTrainingBytes) / 2 / 1024 ** 2
+      const before = process.env["REINS_DEVICE_MEMORY_MB"]
+      process.env["REINS_DEVICE_MEMORY_MB"] = String(mib)
+      yield* Effect.gen(function*() {
+        const refused = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm" })))
+        expect(refused.message).toMatch(/serve-only: the model has \d+M parameters: training all its weights .* of the [\d.]+ MiB the wasm backend may use \(REINS_DEVICE_MEMORY_MB\)/)
+        yield* Effect.scoped(Effect.gen(function*() {
+          const device = yield* deviceHandlers({ modelDir: dir, backend: "wasm", serveOnly: true })
+          const score = yield* Effect.flip(device.Score(new ScoreRequest({ sequences: [Int32Array.from([1, 2, 3])] })))
+          expect(score.message).toMatch(/^Score: this device only serves .*serve-only, which fits the wasm backend for that alone: .*training all its weights/)
+          const sample = new TrainSample({ tokens: Int32Array.from([1, 2, 3]), weights: Float32Array.from([0, 1, 1]) })
+          const settings = new TrainSettings({ objective: { kind: "sft" }, lr: 1e-3, weightDecay: 0, maxGradNorm: 1, maxSeqLen: 8 })
+          const train = yield* Effect.flip(device.Train(new TrainRequest({ steps: [[sample]], settings })))
+          expect(train.message).toMatch(/^Train: this device only serves .*REINS_DEVICE_MEMORY_MB/)
+          expect((yield* device.Info()).memoryBytes).toBe(Math.floor(mib * 1024 ** 2)) // and it serves on
+        }))
+      }).pipe(Effect.ensuring(Effect.sync(() => {
+        if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
+        else process.env["REINS_DEVICE_MEMORY_MB"] = before
+      })))
     }), 60_000)
 
   it.effect("a device refuses such a model before reading its weights", () =>

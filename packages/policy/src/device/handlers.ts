@@ -67,7 +67,11 @@ export const deviceHandlers = (options: DeviceOptions) =>
     if (memory.source.startsWith("assumed")) yield* Effect.logWarning(`the ${backend} backend's memory is ${memory.source}: ${memory.bytes / 1024 ** 3} GiB`)
     /** A model too large for the wasm heap, or of sizes WebGPU's shaders do not take, fails saying why. */
     const refuse = (config: ModelConfig) => {
-      const refusal = backend === "wasm" ? wasmMisfit(config, { lora: options.lora !== undefined, serveOnly: options.serveOnly === true }) : backend === "webgpu" ? webgpuRefusal(config) : undefined
+      const refusal = backend === "wasm"
+        ? wasmMisfit(config, { lora: options.lora !== undefined, serveOnly: options.serveOnly === true, heapBytes: memory.bytes })
+        : backend === "webgpu"
+        ? webgpuRefusal(config)
+        : undefined
       return refusal === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `${options.modelDir}: ${refusal}` }))
     }
     // Before any weight is read; a default policy not yet written is checked once it is.
@@ -77,7 +81,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     if (!written) yield* refuse(policy.config)
     const model = Transformer.fromWeights(policy.config, policy.weights)
     /** A serving-only device whose model would not fit for the training pass: Train and Score fail with this. */
-    const trainingRefusal = options.serveOnly === true && backend === "wasm" ? wasmMisfit(policy.config, { lora: options.lora !== undefined }) : undefined
+    const trainingRefusal = options.serveOnly === true && backend === "wasm" ? wasmMisfit(policy.config, { lora: options.lora !== undefined, heapBytes: memory.bytes }) : undefined
     const refuseTraining = (what: string) =>
       trainingRefusal === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `${what}: this device only serves ${options.modelDir}, which fits the wasm backend for that alone: ${trainingRefusal}` }))
     const lora = options.lora === undefined ? undefined : yield* Effect.try({

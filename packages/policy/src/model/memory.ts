@@ -56,18 +56,23 @@ const loraWeightBytes = (config: ModelConfig): number =>
  * The reason `config` cannot run on the wasm backend, or undefined when it fits: for serving
  * alone (`serveOnly`: the weights must fit), for serving and training LoRA adapters (the weights
  * in three quarters of the heap, leaving the rest for a micro-batch's activations), or for
- * training every weight.
+ * training every weight. `heapBytes`: what the backend may use (`REINS_DEVICE_MEMORY_MB` can lower
+ * it; default and most, the whole heap).
  */
-export const wasmMisfit = (config: ModelConfig, options: { readonly lora: boolean; readonly serveOnly?: boolean }): string | undefined => {
+export const wasmMisfit = (
+  config: ModelConfig,
+  options: { readonly lora: boolean; readonly serveOnly?: boolean; readonly heapBytes?: number }
+): string | undefined => {
   const need = memoryNeed(config)
+  const heapBytes = Math.min(options.heapBytes ?? WASM_HEAP_BYTES, WASM_HEAP_BYTES)
   const [bytes, limit] = options.serveOnly === true
-    ? [need.inPlaceServingBytes, WASM_HEAP_BYTES]
+    ? [need.inPlaceServingBytes, heapBytes]
     : options.lora
-    ? [loraWeightBytes(config), WASM_HEAP_BYTES * 0.75]
-    : [need.fullTrainingBytes, WASM_HEAP_BYTES]
+    ? [loraWeightBytes(config), heapBytes * 0.75]
+    : [need.fullTrainingBytes, heapBytes]
   if (bytes <= limit) return undefined
-  const gib = (b: number) => `${(b / GIB).toFixed(1)} GiB`
-  const heap = `the wasm backend's ${gib(WASM_HEAP_BYTES)} heap`
+  const gib = (b: number) => (b >= 0.1 * GIB ? `${(b / GIB).toFixed(1)} GiB` : `${(b / 1024 ** 2).toFixed(1)} MiB`)
+  const heap = heapBytes === WASM_HEAP_BYTES ? `the wasm backend's ${gib(WASM_HEAP_BYTES)} heap` : `the ${gib(heapBytes)} the wasm backend may use (REINS_DEVICE_MEMORY_MB)`
   const what = options.serveOnly === true
     ? `serving it needs at least ${gib(bytes)} of ${heap}`
     : options.lora
