@@ -45,8 +45,7 @@ import {
   readModelConfig,
   saveModelDir,
   trainBpe,
-  wasmMisfit,
-  wasmPacksWeights
+  wasmMisfit
 } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
@@ -209,8 +208,7 @@ const report = (r: {
   const ctx16 = s.prompt + s.decode16 / 2
   const trainTokens = s.trainRows * s.trainSeq
   const fitsNot = (bytes: number) => `does not fit on wasm: needs ${(bytes / GIB).toFixed(1)} GiB`
-  // The weights as LoRA training holds them: with XNNPACK's packed copies where they fit, else once (in place).
-  const loraBytes = wasmPacksWeights(c) ? r.need.servingBytes : r.need.inPlaceServingBytes
+  const loraBytes = r.need.loraTrainingBytes
   interface Row { readonly label: string; readonly measure: string; readonly unit: string; readonly measured: number | undefined; readonly bound: number; readonly fraction: number; readonly goal: boolean }
   const row = (label: string, measure: string, unit: string, measured: number | undefined, bound: number, goal = true): Row => ({
     label, measure, unit, measured, bound, goal, fraction: measured === undefined ? NaN : unit === "s" ? bound / measured : measured / bound

@@ -39,6 +39,7 @@ describe("the wasm heap", () => {
     expect(Math.round(memoryNeed(smol).parameters / 1e6)).toBe(135) // published: 134.5M
     expect(wasmMisfit(smol, { lora: false })).toBeUndefined()
     expect(wasmPacksWeights(smol)).toBe(true) // its decoder keeps tfjs's (faster) matmul
+    expect(memoryNeed(smol).loraTrainingBytes).toBe(memoryNeed(smol).servingBytes) // with the packed copies
     const qwen = decodeHfConfig(QWEN3_06B).config
     const need = memoryNeed(qwen)
     expect(Math.round(need.parameters / 1e6)).toBe(596) // published: 0.6B (0.44B without embeddings)
@@ -46,6 +47,7 @@ describe("the wasm heap", () => {
     expect(need.inPlaceServingBytes).toBe((need.parameters + 151936 * 1024) * 4)
     expect(wasmMisfit(qwen, { lora: false, serveOnly: true })).toBeUndefined()
     expect(wasmPacksWeights(qwen)).toBe(false)
+    expect(need.loraTrainingBytes).toBe(need.inPlaceServingBytes)
     expect(wasmMisfit(qwen, { lora: true })).toBeUndefined() // 2.8 GiB of weights, within 3/4 of the heap
     expect(wasmMisfit(qwen, { lora: false })).toMatch(/596M parameters: training all its weights \(serving alone: 2\.8 GiB\) needs at least 11\.1 GiB of the wasm backend's 4\.0 GiB heap\. Use the tensorflow backend \(REINS_BACKEND=tensorflow .*or train LoRA adapters/)
     // With LoRA: the micro-batch the rest of the heap holds with the head fused (one 256-token row at least; its activations are a bound, not a promise).

@@ -13,9 +13,8 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
-import { heapGemmAvailable } from "./gemmKernel.js"
+import { multipliesInPlace } from "./gemmKernel.js"
 import { isWasm, upload, view } from "./heap.js"
-import { wasmPacksWeights } from "./memory.js"
 import { transpose2d } from "./matmul.js"
 import type { Transformer } from "./transformer.js"
 import { checkWeights, type Weights } from "./weights.js"
@@ -29,7 +28,7 @@ export type GemmKind = "tfjs" | "heap" | "js"
 
 /** The decoder's default for `config` on the current backend. */
 export const defaultGemm = (config: ModelConfig): GemmKind =>
-  tf.getBackend() === "cpu" ? "js" : isWasm() && !wasmPacksWeights(config) && heapGemmAvailable() ? "heap" : "tfjs"
+  tf.getBackend() === "cpu" ? "js" : multipliesInPlace(config) ? "heap" : "tfjs"
 
 /** A LoRA update of some of a matrix's columns: out[:, column ..) += scale·(x·a)·b. */
 export interface LowRank {

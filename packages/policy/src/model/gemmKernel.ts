@@ -19,6 +19,8 @@
  */
 import * as tf from "@tensorflow/tfjs"
 import { axpyRowsBody } from "./attentionKernel.js"
+import type { ModelConfig } from "./config.js"
+import { wasmPacksWeights } from "./memory.js"
 import {
   BR_IF_0, END, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, leb, LOOP, section, SET,
   str, TEE, V128, v128Load, v128Store, vec, VOID, voidType, WebAssembly
@@ -124,6 +126,12 @@ const kernel = () => {
 
 /** Whether in-place products can run here (the wasm backend, with SIMD). */
 export const heapGemmAvailable = (): boolean => kernel() !== null
+
+/**
+ * Whether `config`'s weights are multiplied in place, here: on wasm where XNNPACK's packed copies
+ * would not fit (memory.ts `wasmPacksWeights`) — the decoder's products and LoRA training's alike.
+ */
+export const multipliesInPlace = (config: ModelConfig): boolean => tf.getBackend() === "wasm" && !wasmPacksWeights(config) && heapGemmAvailable()
 
 const offsetOf = (t: tf.Tensor): number => {
   const info = internals().dataIdMap.get(t.dataId)

@@ -21,22 +21,30 @@ export const WASM_HEAP_BYTES = 4 * 1024 ** 3
 
 const GIB = 1024 ** 3
 
+/** The packed copies are used while the weights and they take at most three quarters of the heap (the rest for activations). */
+const PACKED_LIMIT_BYTES = WASM_HEAP_BYTES * 0.75
+
 export interface MemoryNeed {
   readonly parameters: number
   /** Serving and LoRA training: the weights and XNNPACK's packed copies. */
   readonly servingBytes: number
   /** Serving, and LoRA training, with products in place (gemmKernel.ts). */
   readonly inPlaceServingBytes: number
+  /** What serving and LoRA training hold of the weights: with packed copies where they fit (`wasmPacksWeights`), else in place. */
+  readonly loraTrainingBytes: number
   readonly fullTrainingBytes: number
 }
 
 export const memoryNeed = (config: ModelConfig): MemoryNeed => {
   const parameters = parameterCount(config)
   const headTranspose = config.tieEmbeddings ? config.vocabSize * config.dModel : 0
+  const servingBytes = parameters * 4 * 2
+  const inPlaceServingBytes = (parameters + headTranspose) * 4
   return {
     parameters,
-    servingBytes: parameters * 4 * 2,
-    inPlaceServingBytes: (parameters + headTranspose) * 4,
+    servingBytes,
+    inPlaceServingBytes,
+    loraTrainingBytes: servingBytes <= PACKED_LIMIT_BYTES ? servingBytes : inPlaceServingBytes,
     fullTrainingBytes: parameters * 4 * 5
   }
 }
@@ -46,11 +54,7 @@ export const memoryNeed = (config: ModelConfig): MemoryNeed => {
  * weights): when those copies fit in three quarters of the heap, leaving the rest for the
  * activations. Otherwise it multiplies in place (gemmKernel.ts).
  */
-export const wasmPacksWeights = (config: ModelConfig): boolean => memoryNeed(config).servingBytes <= WASM_HEAP_BYTES * 0.75
-
-/** What serving and LoRA training hold of the weights: with packed copies where they fit, else in place. */
-const loraWeightBytes = (config: ModelConfig): number =>
-  wasmPacksWeights(config) ? memoryNeed(config).servingBytes : memoryNeed(config).inPlaceServingBytes
+export const wasmPacksWeights = (config: ModelConfig): boolean => memoryNeed(config).servingBytes <= PACKED_LIMIT_BYTES
 
 /**
  * The reason `config` cannot run on the wasm backend, or undefined when it fits: for serving
@@ -68,7 +72,7 @@ export const wasmMisfit = (
   const [bytes, limit] = options.serveOnly === true
     ? [need.inPlaceServingBytes, heapBytes]
     : options.lora
-    ? [loraWeightBytes(config), heapBytes * 0.75]
+    ? [need.loraTrainingBytes, heapBytes * 0.75]
     : [need.fullTrainingBytes, heapBytes]
   if (bytes <= limit) return undefined
   const gib = (b: number) => (b >= 0.1 * GIB ? `${(b / GIB).toFixed(1)} GiB` : `${(b / 1024 ** 2).toFixed(1)} MiB`)

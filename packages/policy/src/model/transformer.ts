@@ -29,11 +29,9 @@ import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
 import { checkWeights, initWeights, type Weights, WeightsError } from "./weights.js"
 import { upload } from "./heap.js"
 import { attention, type AttentionLayout } from "./attention.js"
-import { heapGemmAvailable } from "./gemmKernel.js"
+import { multipliesInPlace } from "./gemmKernel.js"
 import { headLogprobs, type HeadLogprobs } from "./headLogprobs.js"
-import { isWasm } from "./heap.js"
 import { frozenMatmul, heapProducts, loraLinear, matmul, type Products, tfjsProducts, tiedHead, transpose2d } from "./matmul.js"
-import { wasmPacksWeights } from "./memory.js"
 import { embed, residual, rmsNorm, type RopeTable, ropeTable, swiglu, tokenLogprobs } from "./ops.js"
 
 /**
@@ -100,7 +98,7 @@ export class Transformer {
     )
     this.version = config.version
     this.rope = ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling)
-    this.products = isWasm() && !wasmPacksWeights(config) && heapGemmAvailable() ? "heap" : "tfjs"
+    this.products = multipliesInPlace(config) ? "heap" : "tfjs"
   }
 
   /** A model with the given weights (checked against the config's names and shapes). */
