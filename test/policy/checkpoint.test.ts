@@ -21,11 +21,13 @@ import {
   loadOptimizerState,
   SafetensorsReader,
   saveModel,
+  Sha256Thread,
   saveOptimizerState,
   Transformer
 } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { Effect, Exit } from "effect"
+import { createHash } from "node:crypto"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -119,6 +121,65 @@ describe("reading a file once", () => {
     } finally {
       await bad.close()
     }
+  })
+
+  it("scan of a file past 64 MiB: checksummed by a second thread from the same reads, a flipped bit found, a failing visit leaves the reader usable", async () => {
+    // 17M floats: 68 MB of data, hashed by sha256Thread.ts's worker rather than on the way.
+    const big = Float32Array.from({ length: 17 << 20 }, (_, i) => i % 65521)
+    const bytes = encodeSafetensors({ big: { dtype: "F32", shape: [17 << 10, 1 << 10], data: big } })
+    const file = join(tmp, "large-scan.safetensors")
+    writeFileSync(file, bytes)
+    const reader = await SafetensorsReader.open(file)
+    try {
+      // A visit that throws midway: the scan fails with its error, and no read is left in flight.
+      let calls = 0
+      await expect(reader.scan(() => true, () => {
+        if (++calls === 3) throw new Error("visit failed")
+      })).rejects.toThrow("visit failed")
+      const back = new Float32Array(big.length)
+      let chunks = 0
+      await reader.scan(() => true, (_, __, chunk, first) => {
+        chunks++
+        back.set(new Float32Array(chunk.buffer.slice(chunk.byteOffset, chunk.byteOffset + chunk.length)), first)
+      })
+      expect(chunks).toBe(17)
+      expect(sameBits(back, big)).toBe(true)
+    } finally {
+      await reader.close()
+    }
+    const flipped = Buffer.from(bytes)
+    flipped[flipped.length >> 1]! ^= 8
+    writeFileSync(file, flipped)
+    const bad = await SafetensorsReader.open(file)
+    try {
+      await expect(bad.scan(() => true, () => {})).rejects.toThrow(/checksum/)
+    } finally {
+      await bad.close()
+    }
+  })
+
+  it("the hashing thread: bytes handed over in shared buffers hash as node:crypto hashes them; its buffers come back; a stopped thread fails its digest", async () => {
+    const thread = Sha256Thread.tryStart(2, 1000)
+    expect(thread).toBeDefined()
+    const want = createHash("sha256")
+    try {
+      for (let k = 0; k < 7; k++) {
+        const slot = k % 2
+        await thread!.free(slot)
+        const length = 1000 - k * 100
+        for (let i = 0; i < length; i++) thread!.slots[slot]![i] = (k * 31 + i) & 255
+        want.update(thread!.slots[slot]!.subarray(0, length))
+        thread!.update(slot, length)
+      }
+      expect(await thread!.digest()).toBe(want.digest("hex"))
+    } finally {
+      await thread!.stop()
+    }
+    const stopped = Sha256Thread.tryStart(1, 8)!
+    stopped.update(0, 8)
+    await stopped.stop()
+    await stopped.free(0) // released, not left waiting on a dead thread
+    await expect(stopped.digest()).rejects.toThrow(/exited/)
   })
 
   it("weights larger than a read chunk load bit-exact into arrays and into the backend, F32 and BF16", async () => {

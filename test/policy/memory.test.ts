@@ -7,7 +7,7 @@
  */
 import { expect, it } from "@effect/vitest"
 import {
-  decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, fitMicroBatchTokens, memoryNeed, readModelConfig, trainingBytesPerToken, WASM_HEAP_BYTES, wasmMisfit,
+  decodeHfConfig, Device, deviceHandlers, deviceWorkerLayer, fitMicroBatchTokens, memoryNeed, readModelConfig, trainingBytesPerToken, WASM_HEAP_BYTES, WASM_TENSOR_SHARE, wasmMicroBatchMisfit, wasmMisfit,
   wasmPacksWeights
 } from "@reins/policy"
 import { ScoreRequest, TrainRequest, TrainSample, TrainSettings } from "@reins/protocol"
@@ -66,6 +66,19 @@ describe("the wasm heap", () => {
     expect(refusal).not.toMatch(/LoRA/)
   })
 
+  it("a training row the heap would not hold is refused, naming the longest that fits (Qwen3-0.6B, LoRA in place)", () => {
+    const qwen = decodeHfConfig(QWEN3_06B).config
+    const shape = (seqLen: number) => ({ seqLen, lora: true, inPlace: true })
+    // Measured: rows of 256 (what the bench runs) and 272 tokens train; a 296-token one ran out of the heap.
+    expect(wasmMicroBatchMisfit(qwen, 1, shape(256))).toBeUndefined()
+    expect(wasmMicroBatchMisfit(qwen, 1, shape(296))).toMatch(/^a micro-batch of 1 × 296 tokens needs about 3\.\d GiB \(2\.8 GiB of weights, \d\.\d GiB of activations by the estimate\), more than the 3\.7 GiB tensors can use of the wasm backend's 4\.0 GiB heap; running out of it would end the wasm backend\. Train rows of at most 264 tokens here \(the trainer's max_seq_len\), or use the tensorflow backend/)
+    expect(wasmMicroBatchMisfit(qwen, 1, shape(1024))).toMatch(/1 × 1024 tokens needs about 6\.\d GiB .*at most 264 tokens/)
+    // Rows side by side count together; a lowered heap is named by its variable.
+    expect(wasmMicroBatchMisfit(qwen, 2, shape(160))).toMatch(/2 × 160 tokens/)
+    expect(wasmMicroBatchMisfit(qwen, 1, { ...shape(256), heapBytes: 3.3 * 1024 ** 3 })).toMatch(/of the 3\.3 GiB the wasm backend may use \(REINS_DEVICE_MEMORY_MB\); .*at most \d\d tokens/)
+    expect(wasmMicroBatchMisfit(qwen, 1, { ...shape(8), heapBytes: 3 * 1024 ** 3 })).toMatch(/Not even a row of 8 tokens fits: use the tensorflow backend/)
+  })
+
   it.effect("a device that only serves reads such a model on (and fails on the first missing file, naming it)", () =>
     Effect.gen(function*() {
       const dir = path.join(tmp, "qwen3-0.6b-serve")
@@ -102,6 +115,34 @@ describe("the wasm heap", () => {
         if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
         else process.env["REINS_DEVICE_MEMORY_MB"] = before
       })))
+    }), 60_000)
+
+  it.effect("a Train whose row the heap would not hold fails with the reason, and the device trains and serves on (REINS_DEVICE_MEMORY_MB)", () =>
+    Effect.gen(function*() {
+      const dir = path.join(tmp, "long-rows")
+      yield* Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm", createDefault: true })) // writes the default model
+      const config = yield* readModelConfig(dir)
+      // Room beside the weights and optimizer for ~100 tokens of activations (full training).
+      const mib = (memoryNeed(config).fullTrainingBytes + 100 * trainingBytesPerToken(config, 128)) / WASM_TENSOR_SHARE / 1024 ** 2
+      const before = process.env["REINS_DEVICE_MEMORY_MB"]
+      process.env["REINS_DEVICE_MEMORY_MB"] = String(mib)
+      yield* Effect.scoped(Effect.gen(function*() {
+        const device = yield* deviceHandlers({ modelDir: dir, backend: "wasm" })
+        const request = (length: number) =>
+          new TrainRequest({
+            steps: [[new TrainSample({ tokens: Int32Array.from({ length }, (_, i) => (i % 50) + 1), weights: new Float32Array(length).fill(1) })]],
+            settings: new TrainSettings({ objective: { kind: "sft" }, lr: 1e-3, weightDecay: 0, maxGradNorm: 1, maxSeqLen: config.contextLength })
+          })
+        const refused = yield* Effect.flip(device.Train(request(201)))
+        expect(refused.message).toMatch(/^Train: a micro-batch of 1 × 200 tokens needs about .* more than the [\d.]+ MiB tensors can use of the [\d.]+ MiB the wasm backend may use \(REINS_DEVICE_MEMORY_MB\); running out of it would end the wasm backend\. Train rows of at most \d+ tokens here/)
+        expect((yield* device.Info()).version).toBe(0) // nothing trained
+        const trained = yield* device.Train(request(33))
+        expect(trained.version).toBe(1)
+      }))
+        .pipe(Effect.ensuring(Effect.sync(() => {
+          if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
+          else process.env["REINS_DEVICE_MEMORY_MB"] = before
+        })))
     }), 60_000)
 
   it.effect("a device refuses such a model before reading its weights", () =>

@@ -14,6 +14,7 @@
 import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import { endianness } from "node:os"
+import { Sha256Thread } from "./sha256Thread.js"
 
 export type DType = "F32" | "I32" | "BF16" | "F16"
 
@@ -41,6 +42,10 @@ const CHECKSUM = "reins.sha256"
 const MAX_HEADER = 100 * 1024 * 1024
 /** Bytes `scan` reads at a time: large enough for few reads, small enough to stay in cache while it is hashed and copied. */
 const SCAN_CHUNK = 4 << 20
+/** Data sections from this size on are hashed by a second thread (sha256Thread.ts); below it, starting one costs more than it saves. */
+const BACKGROUND_HASH_BYTES = 64 << 20
+/** Buffers the reader and the hashing thread share: a few chunks of slack between them. */
+const HASH_SLOTS = 4
 const littleEndian = endianness() === "LE"
 
 const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
@@ -109,6 +114,8 @@ export interface SafetensorsHeader {
   readonly metadata: Readonly<Record<string, string>>
   /** Bytes before the data section (8 + the header length). */
   readonly dataStart: number
+  /** Bytes of the data section. */
+  readonly dataLength: number
 }
 
 /**
@@ -160,7 +167,7 @@ const parseHeader = (json: Uint8Array, dataStart: number, dataLength: number): S
     covered = end
   }
   if (covered !== dataLength) throw new SafetensorsError(`corrupt: ${dataLength - covered} bytes after the last tensor`)
-  return { tensors, metadata, dataStart }
+  return { tensors, metadata, dataStart, dataLength }
 }
 
 /** The header length stored in the first 8 bytes, checked against what follows it. */
@@ -247,36 +254,77 @@ export class SafetensorsReader {
   }
 
   /**
-   * Reads the data section once, in file order, through one reused buffer, handing `visit` each
-   * tensor in chunks of whole rows of its last axis (at most 4 MiB unless one row is larger):
-   * the chunk's bytes and the index of its first element. A chunk's bytes are overwritten by the
-   * next one, so `visit` must be done with them when it returns. Tensors `wanted` rejects are
-   * skipped — unless the file has a `reins.sha256` checksum: then every byte is read and hashed
-   * on the way (no second pass over the file), and a mismatch throws once all are read, so a
-   * caller builds nothing from what it was handed until `scan` has returned.
+   * Reads the data section once, in file order, handing `visit` each tensor in chunks of whole
+   * rows of its last axis (at most 4 MiB unless one row is larger): the chunk's bytes and the
+   * index of its first element. The next chunk is read (on libuv's threads) while `visit` runs,
+   * into another buffer; a chunk's bytes are overwritten after the next one, so `visit` must be
+   * done with them when it returns. Tensors `wanted` rejects are skipped — unless the file has a
+   * `reins.sha256` checksum: then every byte is hashed (a large file's by a second thread, from
+   * the same buffers as `visit` reads; a small file's here), and a mismatch throws once all are
+   * read, so a caller builds nothing from what it was handed until `scan` has returned.
    */
   async scan(wanted: (name: string) => boolean, visit: (name: string, tensor: TensorHeader, bytes: Uint8Array, firstElement: number) => void): Promise<void> {
     const expected = this.header.metadata[CHECKSUM]
-    const hash = expected === undefined ? undefined : createHash("sha256")
+    const chunks = this.chunks((name) => wanted(name) || expected !== undefined)
+    const size = chunks.reduce((m, c) => Math.max(m, c.length), 0)
+    const thread = expected !== undefined && this.header.dataLength >= BACKGROUND_HASH_BYTES ? Sha256Thread.tryStart(HASH_SLOTS, size) : undefined
+    const hash = expected !== undefined && thread === undefined ? createHash("sha256") : undefined
+    const buffers = thread?.slots ?? [new Uint8Array(size), new Uint8Array(size)]
+    const read = async (k: number) => {
+      const { at, length, name } = chunks[k]!
+      await thread?.free(k % buffers.length)
+      await this.readFully(buffers[k % buffers.length]!.subarray(0, length), at, name)
+    }
+    let pending = chunks.length > 0 ? read(0) : Promise.resolve()
+    try {
+      for (let k = 0; k < chunks.length; k++) {
+        await pending
+        pending = k + 1 < chunks.length ? read(k + 1) : Promise.resolve()
+        const { name, tensor, at, length } = chunks[k]!
+        const bytes = buffers[k % buffers.length]!.subarray(0, length)
+        thread?.update(k % buffers.length, length)
+        hash?.update(bytes)
+        if (wanted(name)) visit(name, tensor, bytes, (at - tensor.begin) / ELEMENT_BYTES[tensor.dtype])
+      }
+      await pending
+      if (expected === undefined) return
+      // The thread failing is not the file's fault: then the data is read again and hashed here.
+      const digest = hash?.digest("hex") ?? (await thread!.digest().catch(() => this.sha256()))
+      if (digest !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
+    } catch (e) {
+      // No read may still be writing into the buffers (or using the descriptor) once this returns.
+      await pending.catch(() => {})
+      throw e
+    } finally {
+      await thread?.stop()
+    }
+  }
+
+  /** The reads `scan` makes, in file order: each tensor `read` accepts, in whole rows of ≤ SCAN_CHUNK bytes. */
+  private chunks(read: (name: string) => boolean): Array<{ name: string; tensor: TensorHeader; at: number; length: number }> {
     // parseHeader checked that the tensors cover the data section exactly, so in offset order
     // they are the data section, and hashing them is hashing it.
     const order = [...this.header.tensors].sort((a, b) => a[1].begin - b[1].begin)
-    let buffer = new Uint8Array(SCAN_CHUNK)
-    for (const [name, t] of order) {
-      const use = wanted(name)
-      if (!use && hash === undefined) continue
-      const element = ELEMENT_BYTES[t.dtype]
-      const row = element * (t.shape.length > 1 ? t.shape[t.shape.length - 1]! : 1)
+    const out: Array<{ name: string; tensor: TensorHeader; at: number; length: number }> = []
+    for (const [name, tensor] of order) {
+      if (!read(name)) continue
+      const row = ELEMENT_BYTES[tensor.dtype] * (tensor.shape.length > 1 ? tensor.shape[tensor.shape.length - 1]! : 1)
       const step = row === 0 ? SCAN_CHUNK : Math.max(row, Math.floor(SCAN_CHUNK / row) * row)
-      if (step > buffer.length) buffer = new Uint8Array(step)
-      for (let at = t.begin; at < t.end; at += step) {
-        const bytes = buffer.subarray(0, Math.min(step, t.end - at))
-        await this.readFully(bytes, at, name)
-        hash?.update(bytes)
-        if (use) visit(name, t, bytes, (at - t.begin) / element)
-      }
+      for (let at = tensor.begin; at < tensor.end; at += step) out.push({ name, tensor, at, length: Math.min(step, tensor.end - at) })
     }
-    if (hash !== undefined && hash.digest("hex") !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
+    return out
+  }
+
+  /** The SHA-256 of the data section, read here. */
+  private async sha256(): Promise<string> {
+    const hash = createHash("sha256")
+    const buffer = new Uint8Array(SCAN_CHUNK)
+    for (let at = 0; at < this.header.dataLength; at += SCAN_CHUNK) {
+      const bytes = buffer.subarray(0, Math.min(SCAN_CHUNK, this.header.dataLength - at))
+      await this.readFully(bytes, at, "(checksum)")
+      hash.update(bytes)
+    }
+    return hash.digest("hex")
   }
 
   close(): Promise<void> {

@@ -19,7 +19,7 @@ import type { WeightSource } from "../engine/decoder.js"
 import { defaultDecoder, makeEngine } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
 import { initAdapters, LoraConfig } from "../model/lora.js"
-import { wasmMisfit } from "../model/memory.js"
+import { wasmMicroBatchMisfit, wasmMisfit } from "../model/memory.js"
 import { webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { Transformer } from "../model/transformer.js"
 import { scoreSequences } from "../train/step.js"
@@ -110,6 +110,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const contextLength = policy.config.contextLength
     /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
     const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap" }).tokens
+    /** A Train's micro-batch the whole wasm heap would not hold (whose allocation failure would end the backend), refused up front. */
+    const oversized = (steps: ReturnType<typeof packSteps>) =>
+      Effect.forEach(backend === "wasm" ? steps.flat() : [], (batch) => {
+        const misfit = wasmMicroBatchMisfit(model.config, batch.rows, { seqLen: batch.seqLen, lora: lora !== undefined, inPlace: model.products === "heap", heapBytes: memory.bytes })
+        return misfit === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `Train: ${misfit}` }))
+      }, { discard: true })
     /** At the full context: what Info reports and Score packs by (fixed for the device's life). */
     const contextMicroBatchTokens = microBatchTokens(contextLength)
     if (engine.maxSequenceTokens === 0) {
@@ -146,6 +152,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
         const { settings } = request
         const packing = { maxTokens: settings.microBatchTokens ?? microBatchTokens(settings.maxSeqLen), maxSeqLen: settings.maxSeqLen }
         const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
+        // Before π_old is scored: the same rows, packed the same way.
+        yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }))
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
         const before = { weights: snapshot(), optimizer: optimizer.current?.exportState() }

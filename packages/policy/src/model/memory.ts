@@ -56,6 +56,12 @@ export const memoryNeed = (config: ModelConfig): MemoryNeed => {
  */
 export const wasmPacksWeights = (config: ModelConfig): boolean => memoryNeed(config).servingBytes <= PACKED_LIMIT_BYTES
 
+const gib = (b: number) => (b >= 0.1 * GIB ? `${(b / GIB).toFixed(1)} GiB` : `${(b / 1024 ** 2).toFixed(1)} MiB`)
+
+/** The heap the wasm backend may use, in words (and the variable that lowered it, if one did). */
+const heapName = (heapBytes: number) =>
+  heapBytes === WASM_HEAP_BYTES ? `the wasm backend's ${gib(WASM_HEAP_BYTES)} heap` : `the ${gib(heapBytes)} the wasm backend may use (REINS_DEVICE_MEMORY_MB)`
+
 /**
  * The reason `config` cannot run on the wasm backend, or undefined when it fits: for serving
  * alone (`serveOnly`: the weights must fit), for serving and training LoRA adapters (the weights
@@ -75,8 +81,7 @@ export const wasmMisfit = (
     ? [need.loraTrainingBytes, heapBytes * 0.75]
     : [need.fullTrainingBytes, heapBytes]
   if (bytes <= limit) return undefined
-  const gib = (b: number) => (b >= 0.1 * GIB ? `${(b / GIB).toFixed(1)} GiB` : `${(b / 1024 ** 2).toFixed(1)} MiB`)
-  const heap = heapBytes === WASM_HEAP_BYTES ? `the wasm backend's ${gib(WASM_HEAP_BYTES)} heap` : `the ${gib(heapBytes)} the wasm backend may use (REINS_DEVICE_MEMORY_MB)`
+  const heap = heapName(heapBytes)
   const what = options.serveOnly === true
     ? `serving it needs at least ${gib(bytes)} of ${heap}`
     : options.lora
@@ -114,30 +119,41 @@ export interface MicroBatchFit {
   readonly activationBytes: number
 }
 
+/** How a micro-batch trains: rows of `seqLen`; LoRA or every weight; LoRA's base multiplied in place (`Transformer.products` "heap"). */
+export interface TrainingShape {
+  readonly seqLen: number
+  readonly lora: boolean
+  readonly inPlace?: boolean | undefined
+}
+
+/** A micro-batch's memory by the estimate: the weights as training holds them, and bytes per padded token. */
+const trainingFootprint = (config: ModelConfig, shape: TrainingShape) => {
+  const need = memoryNeed(config)
+  const inPlace = shape.lora && shape.inPlace === true
+  return {
+    weights: inPlace ? need.inPlaceServingBytes : shape.lora ? need.servingBytes : need.fullTrainingBytes,
+    perToken: trainingBytesPerToken(config, shape.seqLen, { fusedHead: inPlace })
+  }
+}
+
 /**
  * How many tokens one training micro-batch may hold on a backend with `memoryBytes` (of which
  * three quarters are planned for: the estimate is a bound, not a promise), where no tensor may
  * exceed `maxTensorBytes` (WebGPU's storage-buffer binding limit) and more than `speedTokens` is
  * no faster (wasm and CPUs: within 5% from 1k to 4k tokens, slower beyond; `npm run bench -- micro-batch`). Never less than
- * one row: a row that does not fit is still tried, and fails with the backend's own error.
+ * one row: a row that does not fit is still tried (on wasm, refused first where even the whole heap
+ * would not hold it: `wasmMicroBatchMisfit`), and elsewhere fails with the backend's own error.
  */
 export const fitMicroBatchTokens = (
   config: ModelConfig,
-  options: {
+  options: TrainingShape & {
     readonly memoryBytes: number
-    readonly seqLen: number
-    readonly lora: boolean
     readonly maxTensorBytes?: number | undefined
     readonly speedTokens?: number | undefined
-    /** LoRA with the base multiplied in place (`Transformer.products` "heap"). */
-    readonly inPlace?: boolean | undefined
   }
 ): MicroBatchFit => {
-  const need = memoryNeed(config)
-  const inPlace = options.lora && options.inPlace === true
-  const fixed = inPlace ? need.inPlaceServingBytes : options.lora ? need.servingBytes : need.fullTrainingBytes
-  const activationBytes = Math.max(0, Math.floor(options.memoryBytes * 0.75) - fixed)
-  const perToken = trainingBytesPerToken(config, options.seqLen, { fusedHead: inPlace })
+  const { weights, perToken } = trainingFootprint(config, options)
+  const activationBytes = Math.max(0, Math.floor(options.memoryBytes * 0.75) - weights)
   const candidates: Array<[number, MicroBatchFit["boundBy"]]> = [[Math.floor(activationBytes / perToken), "memory"]]
   if (options.maxTensorBytes !== undefined) {
     candidates.push([Math.floor(options.maxTensorBytes / largestTensorBytesPerToken(config, options.seqLen)), "tensor size"])
@@ -145,4 +161,52 @@ export const fitMicroBatchTokens = (
   if (options.speedTokens !== undefined) candidates.push([options.speedTokens, "speed"])
   const [tokens, boundBy] = candidates.reduce((a, b) => (b[0] < a[0] ? b : a))
   return { tokens: Math.max(options.seqLen, tokens), boundBy, activationBytes }
+}
+
+/**
+ * The share of the wasm heap a training step's tensors can have. The rest holds what tfjs's
+ * accounting does not see (the module's own data, the allocator's overhead and fragmentation):
+ * Qwen3-0.6B's LoRA steps on rows of 256 and 272 tokens peaked at 3.95 and 4.00 GB of tensors
+ * (`tf.profile`) and ran; a 296-token row, ~4.09 GB at the same rate, ran out of the 4.29 GB heap.
+ * 93% of it allows rows of 264 tokens there.
+ */
+export const WASM_TENSOR_SHARE = 0.93
+
+/**
+ * The longest single row that fits `bytes` by the estimate, a multiple of 8 (rows are padded to
+ * that: train/microbatch.ts); 0 if none does. Counted up: the per-token bytes grow with the row
+ * (its attention scores).
+ */
+const longestRow = (config: ModelConfig, shape: TrainingShape, bytes: number): number => {
+  const fits = (n: number) => {
+    const { weights, perToken } = trainingFootprint(config, { ...shape, seqLen: n })
+    return weights + perToken * n <= bytes
+  }
+  let n = 0
+  while (fits(n + 8)) n += 8
+  return n
+}
+
+/**
+ * The reason a micro-batch of `rows` rows of `seqLen` must not train on the wasm backend, or
+ * undefined: its activations by the estimate do not fit beside the weights in the share of the
+ * heap (`heapBytes`, as in `wasmMisfit`) tensors can use. Running out of that heap ends the wasm
+ * module — the backend, serving included, is gone for the process's life — so such a micro-batch
+ * is refused before it runs. The fit plans in three quarters of the heap but never goes below one
+ * row, so this is a row too long for the model: Qwen3-0.6B (LoRA, in place) trains rows of up to
+ * 264 tokens (its estimate is within 1% of the measured peak at 256 and 272).
+ */
+export const wasmMicroBatchMisfit = (config: ModelConfig, rows: number, shape: TrainingShape & { readonly heapBytes?: number }): string | undefined => {
+  const { weights, perToken } = trainingFootprint(config, shape)
+  const heapBytes = Math.min(shape.heapBytes ?? WASM_HEAP_BYTES, WASM_HEAP_BYTES)
+  const usable = heapBytes * WASM_TENSOR_SHARE
+  const activations = perToken * rows * shape.seqLen
+  if (weights + activations <= usable) return undefined
+  const longest = longestRow(config, shape, usable)
+  return (
+    `a micro-batch of ${rows} × ${shape.seqLen} tokens needs about ${gib(weights + activations)} (${gib(weights)} of weights, ${gib(activations)} of activations by the estimate), ` +
+    `more than the ${gib(usable)} tensors can use of ${heapName(heapBytes)}; running out of it would end the wasm backend. ` +
+    (longest > 0 ? `Train rows of at most ${longest} tokens here (the trainer's max_seq_len), or use` : "Not even a row of 8 tokens fits: use") +
+    ` the tensorflow backend (REINS_BACKEND=tensorflow), which is not bound by that heap`
+  )
 }
