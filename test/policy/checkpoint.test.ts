@@ -89,7 +89,7 @@ describe("safetensors", () => {
 })
 
 describe("reading a file once", () => {
-  it("scan: every tensor once, in file order, in whole rows, checksummed on the way", async () => {
+  it("scan: every tensor once, in file order, in whole rows, checksummed on the way (a small file: on the reader's thread)", async () => {
     // 1100 rows of 1024 floats: 4.5 MB, more than one read.
     const big = Float32Array.from({ length: 1100 * 1024 }, (_, i) => Math.sin(i))
     const small = Uint16Array.from([1, 2, 3, 4, 5])

@@ -209,6 +209,14 @@ export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
   return { tensors, metadata: header.metadata }
 }
 
+/** One read of `scan`: `length` bytes from `at` (in the data section) of tensor `name`. */
+interface ScanChunk {
+  readonly name: string
+  readonly tensor: TensorHeader
+  readonly at: number
+  readonly length: number
+}
+
 /**
  * Reads a safetensors file tensor by tensor (a large checkpoint is never held whole in memory):
  * the header is read and validated against the file's size on open, each tensor on demand.
@@ -301,11 +309,11 @@ export class SafetensorsReader {
   }
 
   /** The reads `scan` makes, in file order: each tensor `read` accepts, in whole rows of ≤ SCAN_CHUNK bytes. */
-  private chunks(read: (name: string) => boolean): Array<{ name: string; tensor: TensorHeader; at: number; length: number }> {
+  private chunks(read: (name: string) => boolean): Array<ScanChunk> {
     // parseHeader checked that the tensors cover the data section exactly, so in offset order
     // they are the data section, and hashing them is hashing it.
     const order = [...this.header.tensors].sort((a, b) => a[1].begin - b[1].begin)
-    const out: Array<{ name: string; tensor: TensorHeader; at: number; length: number }> = []
+    const out: Array<ScanChunk> = []
     for (const [name, tensor] of order) {
       if (!read(name)) continue
       const row = ELEMENT_BYTES[tensor.dtype] * (tensor.shape.length > 1 ? tensor.shape[tensor.shape.length - 1]! : 1)
