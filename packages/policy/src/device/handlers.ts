@@ -110,7 +110,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const contextLength = policy.config.contextLength
     /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
     const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap" }).tokens
-    /** A Train's micro-batch the whole wasm heap would not hold (whose allocation failure would end the backend), refused up front. */
+    /** A Train's micro-batch the wasm heap would not hold (running out of it would end the backend), refused up front. */
     const oversized = (steps: ReturnType<typeof packSteps>) =>
       Effect.forEach(backend === "wasm" ? steps.flat() : [], (batch) => {
         const misfit = wasmMicroBatchMisfit(model.config, batch.rows, { seqLen: batch.seqLen, lora: lora !== undefined, inPlace: model.products === "heap", heapBytes: memory.bytes })

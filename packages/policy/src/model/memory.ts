@@ -141,8 +141,8 @@ const trainingFootprint = (config: ModelConfig, shape: TrainingShape) => {
  * three quarters are planned for: the estimate is a bound, not a promise), where no tensor may
  * exceed `maxTensorBytes` (WebGPU's storage-buffer binding limit) and more than `speedTokens` is
  * no faster (wasm and CPUs: within 5% from 1k to 4k tokens, slower beyond; `npm run bench -- micro-batch`). Never less than
- * one row: a row that does not fit is still tried (on wasm, refused first where even the whole heap
- * would not hold it: `wasmMicroBatchMisfit`), and elsewhere fails with the backend's own error.
+ * one row: a row that does not fit is still tried (on wasm, refused first where the heap would not
+ * hold it at all: `wasmMicroBatchMisfit`), and elsewhere fails with the backend's own error.
  */
 export const fitMicroBatchTokens = (
   config: ModelConfig,
