@@ -33,6 +33,22 @@ const SMOLLM2_135M = {
   rope_theta: 100000, tie_word_embeddings: true, vocab_size: 49152, torch_dtype: "bfloat16", bos_token_id: 1, eos_token_id: 2
 }
 
+/** Runs `effect` with REINS_DEVICE_MEMORY_MB set to `mib`, then puts the variable back as it was. */
+const withDeviceMemoryMb = <A, E, R>(mib: number, effect: Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => {
+      const before = process.env["REINS_DEVICE_MEMORY_MB"]
+      process.env["REINS_DEVICE_MEMORY_MB"] = String(mib)
+      return before
+    }),
+    () => effect,
+    (before) =>
+      Effect.sync(() => {
+        if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
+        else process.env["REINS_DEVICE_MEMORY_MB"] = before
+      })
+  )
+
 describe("the wasm heap", () => {
   it("SmolLM2-135M fits for full training; Qwen3-0.6B for serving and LoRA, and the message says why not for full training", () => {
     const smol = decodeHfConfig(SMOLLM2_135M).config
@@ -96,9 +112,7 @@ describe("the wasm heap", () => {
       const need = memoryNeed(yield* readModelConfig(dir))
       // A heap between what serving needs and what training every weight needs.
       const mib = (need.inPlaceServingBytes + need.fullTrainingBytes) / 2 / 1024 ** 2
-      const before = process.env["REINS_DEVICE_MEMORY_MB"]
-      process.env["REINS_DEVICE_MEMORY_MB"] = String(mib)
-      yield* Effect.gen(function*() {
+      yield* withDeviceMemoryMb(mib, Effect.gen(function*() {
         const refused = yield* Effect.flip(Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm" })))
         expect(refused.message).toMatch(/serve-only: the model has \d+M parameters: training all its weights .* of the [\d.]+ MiB the wasm backend may use \(REINS_DEVICE_MEMORY_MB\)/)
         yield* Effect.scoped(Effect.gen(function*() {
@@ -111,22 +125,17 @@ describe("the wasm heap", () => {
           expect(train.message).toMatch(/^Train: this device only serves .*REINS_DEVICE_MEMORY_MB/)
           expect((yield* device.Info()).memoryBytes).toBe(Math.floor(mib * 1024 ** 2)) // and it serves on
         }))
-      }).pipe(Effect.ensuring(Effect.sync(() => {
-        if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
-        else process.env["REINS_DEVICE_MEMORY_MB"] = before
-      })))
+      }))
     }), 60_000)
 
-  it.effect("a Train whose row the heap would not hold fails with the reason, and the device trains and serves on (REINS_DEVICE_MEMORY_MB)", () =>
+  it.effect("a Train whose row the heap would not hold fails with the reason, and the device trains on (REINS_DEVICE_MEMORY_MB)", () =>
     Effect.gen(function*() {
       const dir = path.join(tmp, "long-rows")
       yield* Effect.scoped(deviceHandlers({ modelDir: dir, backend: "wasm", createDefault: true })) // writes the default model
       const config = yield* readModelConfig(dir)
       // Room beside the weights and optimizer for ~100 tokens of activations (full training).
       const mib = (memoryNeed(config).fullTrainingBytes + 100 * trainingBytesPerToken(config, 128)) / WASM_TENSOR_SHARE / 1024 ** 2
-      const before = process.env["REINS_DEVICE_MEMORY_MB"]
-      process.env["REINS_DEVICE_MEMORY_MB"] = String(mib)
-      yield* Effect.scoped(Effect.gen(function*() {
+      yield* withDeviceMemoryMb(mib, Effect.scoped(Effect.gen(function*() {
         const device = yield* deviceHandlers({ modelDir: dir, backend: "wasm" })
         const request = (length: number) =>
           new TrainRequest({
@@ -138,11 +147,7 @@ describe("the wasm heap", () => {
         expect((yield* device.Info()).version).toBe(0) // nothing trained
         const trained = yield* device.Train(request(33))
         expect(trained.version).toBe(1)
-      }))
-        .pipe(Effect.ensuring(Effect.sync(() => {
-          if (before === undefined) delete process.env["REINS_DEVICE_MEMORY_MB"]
-          else process.env["REINS_DEVICE_MEMORY_MB"] = before
-        })))
+      })))
     }), 60_000)
 
   it.effect("a device refuses such a model before reading its weights", () =>
