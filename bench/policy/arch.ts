@@ -5,8 +5,8 @@
  *
  *   load           config.json + model.safetensors (F32) written, then `loadModel` (one read of
  *                  the file, checksummed by a second thread from the same buffers, each tensor
- *                  transposed straight into the wasm heap); bound: the file's bytes read once
- *                  (page cache warm) into fresh memory (its first touch)
+ *                  transposed straight into the wasm heap, grown once for all of them); bound:
+ *                  the file's bytes read once (page cache warm) into fresh memory (its first touch)
  *   prefill        one prompt through the engine, to its first token; bound: the matmul rate at
  *                  the model's shapes over the prompt's rows (FLOPs: `forwardFlops` with causal
  *                  attention, the head over the last row only, as the engine computes it)

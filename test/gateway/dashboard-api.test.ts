@@ -6,7 +6,7 @@
  */
 import { Gateway } from "@reins/gateway"
 import { Effect } from "effect"
-import { mkdirSync, writeFileSync } from "node:fs"
+import { rmSync, writeFileSync } from "node:fs"
 import path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { killReinsChildren, runReins } from "../reinsCli.js"
@@ -149,7 +149,6 @@ describe("token view", () => {
 describe("reins rollouts and reins ui", () => {
   it("lists and shows rollouts against the running Gateway, tokens in ANSI colours", async () => {
     const data = tempDir("rollouts-cli")
-    mkdirSync(data, { recursive: true })
     writeFileSync(path.join(data, "admin-token"), ADMIN + "\n")
     const env = { REINS_ADMIN_TOKEN: "", FORCE_COLOR: "1" }
     const [listed, shown, refused, ui] = await Promise.all([
@@ -157,7 +156,7 @@ describe("reins rollouts and reins ui", () => {
       runReins(["rollouts", "show", run.split, "--url", gw.url, "--data", data, "--tokens"], 60_000, env),
       runReins(["rollouts", "show", "ro_0000", "--url", gw.url], 60_000, { REINS_ADMIN_TOKEN: ADMIN }),
       runReins(["ui", "--url", gw.url, "--data", data], 60_000, env)
-    ])
+    ]).finally(() => rmSync(data, { recursive: true, force: true }))
     expect(listed.code, listed.stderr).toBe(0)
     expect(JSON.parse(listed.stdout).data.map((r: any) => r.id)).toEqual([run.responses, run.split])
     expect(shown.code, shown.stderr).toBe(0)

@@ -19,11 +19,13 @@ import {
   loadModel,
   loadModelDir,
   loadOptimizerState,
+  reserveHeap,
   SafetensorsReader,
   saveModel,
   Sha256Thread,
   saveOptimizerState,
-  Transformer
+  Transformer,
+  uninitialized
 } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { Effect, Exit } from "effect"
@@ -214,6 +216,31 @@ describe("reading a file once", () => {
     const tensorsBefore = tf.memory().numTensors
     expect((await failure(loadModel(dir))).message).toMatch(/checksum/)
     expect(tf.memory().numTensors).toBe(tensorsBefore)
+  })
+})
+
+describe("the wasm heap a model loads into", () => {
+  const heapBytes = () => (tf.backend() as unknown as { wasm: { HEAPU8: Uint8Array } }).wasm.HEAPU8.length
+
+  it("grows once for all the weights (reserveHeap); tensors are then allocated unwritten from it, and a reservation that might not fit is skipped", () => {
+    expect(tf.getBackend()).toBe("wasm")
+    const tensorsBefore = tf.memory().numTensors
+    // 200 MB: unreserved, tfjs's heap would grow by at most ~96 MB at a time.
+    const bytes = 200 << 20
+    reserveHeap(bytes)
+    const reserved = heapBytes()
+    const pieces = Array.from({ length: 25 }, () => uninitialized([1024, 2048]))
+    expect(heapBytes()).toBe(reserved)
+    for (const t of pieces) {
+      expect(t.shape).toEqual([1024, 2048])
+      expect(t.dtype).toBe("float32")
+    }
+    tf.dispose(pieces)
+    expect(tf.memory().numTensors).toBe(tensorsBefore)
+    // More than the heap could ever grow by: nothing is allocated (a failed allocation would abort the module), and tfjs still works.
+    reserveHeap(2 ** 32)
+    expect(heapBytes()).toBe(reserved)
+    expect(tf.tidy(() => Array.from(tf.add(tf.tensor1d([1, 2]), 1).dataSync()))).toEqual([2, 3])
   })
 })
 

@@ -15,13 +15,41 @@ import * as tf from "@tensorflow/tfjs"
 
 interface WasmBackendLike {
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array
+  makeOutput(shape: Array<number>, dtype: tf.DataType): tf.TensorInfo
+  readonly wasm: { readonly HEAPU8: Uint8Array }
 }
+
+/** The most the wasm heap can grow to (emscripten's `getHeapMax`: 4 GiB less one 64 KiB page). */
+const WASM_HEAP_MAX = 2 ** 32 - 2 ** 16
+
+const wasmBackend = () => tf.backend() as unknown as WasmBackendLike
 
 export const isWasm = (): boolean => tf.getBackend() === "wasm"
 
 /** The values of a float32 tensor, read-only, valid until the next tfjs call that allocates. */
 export const view = (t: tf.Tensor): Float32Array =>
-  isWasm() ? ((tf.backend() as unknown as WasmBackendLike).typedArrayFromHeap(t) as Float32Array) : (t.dataSync() as Float32Array)
+  isWasm() ? (wasmBackend().typedArrayFromHeap(t) as Float32Array) : (t.dataSync() as Float32Array)
+
+/**
+ * A float32 tensor whose values are whatever its memory held (on wasm, allocated and not
+ * written: its pages are first touched by whoever writes it); zeros elsewhere. For a caller that
+ * writes every value through `view` before any use.
+ */
+export const uninitialized = (shape: ReadonlyArray<number>): tf.Tensor =>
+  isWasm() ? tf.engine().makeTensorFromTensorInfo(wasmBackend().makeOutput([...shape], "float32")) : tf.zeros([...shape])
+
+/**
+ * Makes room for `bytes` more in the wasm heap in one step, before they are allocated piece by
+ * piece. The heap otherwise grows by at most ~96 MB at a time (emscripten's growth rule), and V8
+ * answers each growth with a full GC (external memory pressure): a 2.4 GB model's load grew it
+ * ~25 times and spent ~0.5 s in those. Skipped where the heap could not surely grow by `bytes`
+ * (a failed allocation aborts the wasm module), and off wasm. The memory stays the heap's:
+ * freed, it is what the pieces are allocated from.
+ */
+export const reserveHeap = (bytes: number): void => {
+  if (!isWasm() || wasmBackend().wasm.HEAPU8.length + bytes > WASM_HEAP_MAX) return
+  uninitialized([Math.ceil(bytes / 4)]).dispose()
+}
 
 /** A float32 tensor holding a copy of `data` (which the caller may reuse right away). */
 export const upload = <R extends tf.Rank>(data: Float32Array, shape: ReadonlyArray<number>): tf.Tensor<R> =>

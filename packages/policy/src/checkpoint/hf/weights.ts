@@ -106,6 +106,8 @@ const shardMap = async (dir: string): Promise<Map<string, string>> => {
  * destination when the load fails.
  */
 export interface WeightSink<T> {
+  /** Told how many float32 values all destinations will hold, once, before the first `alloc`. */
+  reserve?(values: number): void
   alloc(name: string, shape: ReadonlyArray<number>): T
   values(dest: T): Float32Array
   dispose(dest: T): void
@@ -198,6 +200,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
       }
     }
     let converted = new Float32Array(0) // a transposed chunk's float32 values before the transpose
+    sink.reserve?.(Object.values(shapes).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0))
     for (const file of files) {
       const targets = plan.get(file) ?? new Map<string, Target>()
       const reader = await open(file)
