@@ -8,7 +8,7 @@
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { type ModelConfig, parameterShapes } from "../../model/config.js"
+import { type ModelConfig, parameterCount, parameterShapes } from "../../model/config.js"
 import type { Weights } from "../../model/weights.js"
 import { transpose, transposeInto } from "../../model/transpose.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
@@ -199,8 +199,9 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
         if (!expected.has(name) && !IGNORED.test(name)) throw new HfWeightsError(path.join(dir, file), `unexpected tensor ${name} (config.json does not use it)`)
       }
     }
+    // Every header check has passed: only now is anything the size of the weights allocated.
+    sink.reserve?.(parameterCount(config))
     let converted = new Float32Array(0) // a transposed chunk's float32 values before the transpose
-    sink.reserve?.(Object.values(shapes).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0))
     for (const file of files) {
       const targets = plan.get(file) ?? new Map<string, Target>()
       const reader = await open(file)
