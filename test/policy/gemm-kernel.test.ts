@@ -30,9 +30,9 @@ describe("heapGemm", () => {
   })
 
   it.each([
-    [1, 3, 5], // one row: a 4-float group and a column past it
-    [1, 64, 16], // one row (decoding one sequence)
-    [1, 40, 8200], // one row across two column blocks
+    [1, 3, 5], // one row: a 4-float group and a column past it; 3 rows of W, fewer than a group of 8
+    [1, 64, 16], // one row (decoding one sequence): 8 whole groups of W's rows
+    [1, 13, 8200], // one row across three column blocks of 4,096; a group of W's rows and 5 more
     [3, 5, 3], // no 4-float group: the JS loop alone
     [4, 8, 8],
     [7, 300, 21], // 4-row tiles + 3 single rows, two shared-dimension blocks, 5 columns past the panels

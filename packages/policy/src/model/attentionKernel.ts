@@ -15,12 +15,13 @@
  */
 
 import {
-  BLOCK, BR_IF, END, F32_ADD, F32_LOAD, F32_STORE, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, GET, HEADER, I32, I32_ADD, I32_CONST,
-  I32_EQZ, I32_LT_U, I32_SHL, lane, leb, LOOP, section, SET, str, TEE, V128, V128_LOAD, V128_STORE, V128_ZERO, vec, VOID, voidType,
-  WebAssembly, type WasmMemory
+  BLOCK, BR, BR_IF, END, F32_ADD, F32_LOAD, F32_STORE, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, GET, HEADER, I32, I32_ADD, I32_CONST,
+  I32_EQZ, I32_GT_U, I32_LT_U, I32_MUL, I32_SHL, i32, lane, leb, LOOP, section, SET, str, TEE, V128, V128_LOAD, V128_STORE, V128_ZERO,
+  vec, VOID, voidType, WebAssembly, type WasmMemory
 } from "./wasmAssembly.js"
 
-// Parameters of both functions: (a, b, rows, stride, len, out); locals: r, t, row pointer, acc/weight.
+// Parameters of both functions: (a, b, rows, stride, len, out); locals: r, t, row pointer, then the
+// v128s: dot_rows's accumulator, axpy_rows's weights (ACC + g for row g of a group).
 const [A, B, ROWS, STRIDE, LEN, OUT, R, T, ROW, ACC] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 const LOCALS = vec([
   [3, I32],
@@ -62,24 +63,56 @@ const dotRowsBody = [
   END
 ]
 
-/** out[t] = Σ_r a[r]·row_r[t]: probabilities against `rows` values (out zeroed first). */
+/** Rows of b that one pass of `axpy_rows` adds into out: out is loaded and stored once per 8 rows, not per row. */
+const GROUP = 8
+/** The weight of row `r + g` (a[r + g]) in all four lanes. */
+const splatWeight = (g: number) => [GET, A, GET, R, ...i32(g), I32_ADD, I32_CONST, 2, I32_SHL, I32_ADD, ...F32_LOAD, ...F32X4_SPLAT]
+/** row_g[t]·w_g added to the vector on the stack: row g of the group at `row + g·stride`. */
+const addRowTerm = (g: number) => [
+  GET, ROW, ...(g === 0 ? [] : [GET, STRIDE, ...i32(g), I32_MUL, I32_ADD]), GET, T, I32_ADD, ...V128_LOAD,
+  GET, ACC + g, ...F32X4_MUL, ...F32X4_ADD
+]
+/** `t = 0; do { out[t] = out[t] + Σ_g row_g[t]·w_g; t += 16 } while (t < len)` over `rows` rows of the group. */
+const addRowsToOut = (rows: number) => [
+  I32_CONST, 0, SET, T,
+  LOOP, VOID,
+  GET, OUT, GET, T, I32_ADD,
+  GET, OUT, GET, T, I32_ADD, ...V128_LOAD,
+  ...Array.from({ length: rows }, (_, g) => addRowTerm(g)).flat(),
+  ...V128_STORE,
+  GET, T, I32_CONST, 16, I32_ADD, TEE, T, GET, LEN, I32_LT_U, BR_IF, 0,
+  END
+]
+/** `while (r + n <= rows) { body; row += n·stride; r += n }` */
+const whileRowsLeft = (n: number, body: Array<number>) => [
+  BLOCK, VOID,
+  LOOP, VOID,
+  GET, R, ...i32(n), I32_ADD, GET, ROWS, I32_GT_U, BR_IF, 1,
+  ...body,
+  GET, ROW, GET, STRIDE, ...i32(n), I32_MUL, I32_ADD, SET, ROW,
+  GET, R, ...i32(n), I32_ADD, SET, R,
+  BR, 0,
+  END,
+  END
+]
+
+/**
+ * out[t] = Σ_r a[r]·row_r[t]: probabilities against `rows` values, or one row of x against the
+ * rows of W (gemmKernel.ts; out zeroed first). Eight rows per pass over out, then the rest one by
+ * one: decoding one sequence streams W from memory at ~16 GB/s here this way, ~11 one row per pass
+ * (out's loads and stores competed with W's).
+ */
 export const axpyRowsBody = [
-  ...LOCALS,
+  ...vec([[3, I32], [GROUP, V128]]),
   I32_CONST, 0, SET, T,
   LOOP, VOID,
   GET, OUT, GET, T, I32_ADD, ...V128_ZERO, ...V128_STORE,
   GET, T, I32_CONST, 16, I32_ADD, TEE, T, GET, LEN, I32_LT_U, BR_IF, 0,
   END,
-  ...overRows(
-    [GET, A, GET, R, I32_CONST, 2, I32_SHL, I32_ADD, ...F32_LOAD, ...F32X4_SPLAT, SET, ACC],
-    [
-      GET, OUT, GET, T, I32_ADD,
-      GET, OUT, GET, T, I32_ADD, ...V128_LOAD,
-      GET, ROW, GET, T, I32_ADD, ...V128_LOAD, GET, ACC, ...F32X4_MUL, ...F32X4_ADD,
-      ...V128_STORE
-    ],
-    []
-  ),
+  GET, B, SET, ROW,
+  I32_CONST, 0, SET, R,
+  ...whileRowsLeft(GROUP, [...Array.from({ length: GROUP }, (_, g) => [...splatWeight(g), SET, ACC + g]).flat(), ...addRowsToOut(GROUP)]),
+  ...whileRowsLeft(1, [...splatWeight(0), SET, ACC, ...addRowsToOut(1)]),
   END
 ]
 

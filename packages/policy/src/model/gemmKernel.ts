@@ -9,9 +9,9 @@
  *                      shared dimension in blocks of 256 so a tile's slice of W stays in cache:
  *                      ~65–80% of XNNPACK's rate at this machine's shapes
  *   single rows        (decoding one sequence, and the rows a prefill has left over) out += x[k]·W[k]
- *                      row after row — attentionKernel.ts's `axpy_rows` over blocks of 8,192
- *                      columns, so W streams through in long runs and the block of out stays in
- *                      cache: ~12 GB/s from memory here, 1.4× the tile loop's rate on one row
+ *                      eight rows of W at a time — attentionKernel.ts's `axpy_rows` over blocks of
+ *                      4,096 columns, so W streams through in long runs and the block of out stays
+ *                      in cache: ~16 GB/s from memory here (one row of W at a time: ~11)
  *
  * It is used only for models the packed copies do not fit: by the decoder (decodeWeights.ts) and
  * for the frozen weights of LoRA training (matmul.ts `heapProducts`, headLogprobs.ts);
@@ -30,8 +30,8 @@ import {
 const NR = 8
 /** Rows of the shared dimension per block: 256 × 32 bytes of W per tile, in L1 across a column of tiles. */
 const K_BLOCK = 256
-/** Columns per block of a single row's product: 32 KiB of out, in cache while W streams past. */
-const ROW_BLOCK = 8192
+/** Columns per block of a single row's product: 16 KiB of out, in L1 while eight rows of W stream past. */
+const ROW_BLOCK = 4096
 
 // Parameters (byte addresses and byte strides): x, w, rows, k, cols, out, x's row stride, w's, out's.
 const [X, W, ROWS, K, COLS, OUT, XS, WS, OS] = [0, 1, 2, 3, 4, 5, 6, 7, 8]

@@ -36,10 +36,10 @@ export const vec = (items: Array<Array<number>>) => [...leb(items.length), ...it
 export const HEADER = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]
 
 // Control, locals, i32.
-export const BLOCK = 0x02, LOOP = 0x03, END = 0x0b, BR_IF = 0x0d, VOID = 0x40
+export const BLOCK = 0x02, LOOP = 0x03, END = 0x0b, BR = 0x0c, BR_IF = 0x0d, VOID = 0x40
 export const GET = 0x20, SET = 0x21, TEE = 0x22
 export const I32 = 0x7f, V128 = 0x7b
-export const I32_CONST = 0x41, I32_ADD = 0x6a, I32_MUL = 0x6c, I32_SHL = 0x74, I32_LT_U = 0x49, I32_EQZ = 0x45
+export const I32_CONST = 0x41, I32_ADD = 0x6a, I32_MUL = 0x6c, I32_SHL = 0x74, I32_LT_U = 0x49, I32_GT_U = 0x4b, I32_EQZ = 0x45
 export const BR_IF_0 = [0x0d, 0]
 export const i32 = (v: number) => [I32_CONST, ...sleb(v)]
 // Memory (align 2^2 for f32, 2^4 for v128; `offset` a constant byte offset).
