@@ -1,6 +1,6 @@
 /**
  * The hand-assembled SIMD loops of attentionKernel.ts (`dot_rows`, and `axpy_rows`, which adds
- * eight rows per pass then the rest one by one) held to float64 sums, and to the JS loops that
+ * eight rows per pass then the rest one by one) held to float64 sums, as are the JS loops that
  * replace them where wasm SIMD is missing, over row counts on both sides of a group of eight.
  */
 import { describe, expect, it } from "vitest"

@@ -2,14 +2,16 @@
  * The two loops that dominate batched decoding — a query row against every cached key
  * (`dotRows`) and the probability-weighted sum of cached values (`axpyRows`) — as a tiny
  * WebAssembly module with 128-bit SIMD (4 floats per instruction), plus the memory the KV caches
- * live in. Everything else stays in JavaScript.
+ * live in. Everything else stays in JavaScript. gemmKernel.ts reuses `axpy_rows` for a single
+ * row's product with a weight matrix (decoding one sequence in place on tfjs's heap).
  *
  * Why hand-assembled bytes: V8 does not vectorize JS loops (they reach ~1.5-2 GMAC/s here, and
  * attention over the cache was ~2/3 of a batched decode step), tfjs has no kernel that fits
  * (its batched matmul is a scalar loop, and per-op overhead exceeds the work at these sizes),
- * and a build step for a .wasm file would be a toolchain for 60 instructions. The module is
+ * and a build step for a .wasm file would be a toolchain for a hundred instructions. The module is
  * validated at load; where wasm SIMD is unavailable the same functions run as JS loops. The
- * instruction listing is in `kernelBytes` below, one line per instruction.
+ * instructions are listed in `dotRowsBody` and `axpyRowsBody` below (the second from small
+ * helpers, since it unrolls a group of eight rows).
  *
  * Addresses and lengths are in bytes; strides and lengths must be multiples of 16 (4 floats).
  */
