@@ -7,8 +7,9 @@
  * The verbs used are exactly those `examples/k8s/rbac.yaml` grants: Jobs create, get, list,
  * watch, patch (a take-over relabels the owner), delete; pods get, list, watch; pods/log get.
  */
-import { ApiException, BatchV1Api, CoreV1Api, type KubeConfig, type V1Job, Watch } from "@kubernetes/client-node"
+import type { KubeConfig, V1Job } from "@kubernetes/client-node"
 import { Data, Duration, Effect, Option } from "effect"
+import type { KubeClient } from "./client.js"
 
 export class KubeRequestError extends Data.TaggedError("KubeRequestError")<{
   readonly operation: string
@@ -31,8 +32,8 @@ export const defaultRetry: RetryPolicy = { times: 6, baseMs: 100, maxMs: 5_000 }
 
 export const isRetryableStatus = (e: KubeRequestError) => e.status === null || e.status === 429 || e.status >= 500
 
-const toKubeError = (operation: string) => (e: unknown): KubeRequestError => {
-  if (e instanceof ApiException) {
+const toKubeError = (client: KubeClient, operation: string) => (e: unknown): KubeRequestError => {
+  if (e instanceof client.ApiException) {
     const body = (typeof e.body === "string" ? Option.getOrUndefined(parseJson(e.body)) : e.body) as { reason?: string; message?: string } | undefined
     const retryAfter = Number(e.headers?.["retry-after"])
     return new KubeRequestError({
@@ -60,12 +61,13 @@ const listResult = <A>(l: { readonly items: Array<A>; readonly metadata?: { read
 
 export type KubeApi = ReturnType<typeof makeKubeApi>
 
-export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry) => {
-  const batch = kc.makeApiClient(BatchV1Api)
-  const core = kc.makeApiClient(CoreV1Api)
+/** `client`: the library, as `kubeClient` imported it (./client.ts). */
+export const makeKubeApi = (client: KubeClient, kc: KubeConfig, retry: RetryPolicy = defaultRetry) => {
+  const batch = kc.makeApiClient(client.BatchV1Api)
+  const core = kc.makeApiClient(client.CoreV1Api)
 
   const call = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, KubeRequestError> => {
-    const once = Effect.tryPromise({ try: f, catch: toKubeError(operation) })
+    const once = Effect.tryPromise({ try: f, catch: toKubeError(client, operation) })
     const loop = (attempt: number): Effect.Effect<A, KubeRequestError> =>
       Effect.catchIf(once, (e) => isRetryableStatus(e) && attempt < retry.times, (e) => {
         const backoff = Math.min(retry.maxMs, retry.baseMs * 2 ** attempt) * (0.5 + Math.random() / 2)
@@ -106,6 +108,6 @@ export const makeKubeApi = (kc: KubeConfig, retry: RetryPolicy = defaultRetry) =
       const body = from === undefined ? [{ op: "add", path, value: to }] : [{ op: "test", path, value: from }, { op: "replace", path, value: to }]
       return call(`relabel Job ${name}`, () => batch.patchNamespacedJob({ namespace, name, body }))
     },
-    watcher: new Watch(kc)
+    watcher: new client.Watch(kc)
   }
 }

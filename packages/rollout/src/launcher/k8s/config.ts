@@ -4,12 +4,13 @@
  * examples/k8s/). Unlike the client library's own fallback, finding nothing is an error rather
  * than a silent `http://localhost:8080`.
  */
-import { KubeConfig } from "@kubernetes/client-node"
+import type { KubeConfig } from "@kubernetes/client-node"
 import { LaunchConfigError } from "@reins/protocol"
 import { Effect } from "effect"
 import { existsSync } from "node:fs"
 import { homedir } from "node:os"
 import { join } from "node:path"
+import { kubeClient } from "./client.js"
 
 export type KubeConfigSource =
   /** KUBECONFIG, ~/.kube/config, or the in-cluster service account. */
@@ -29,7 +30,7 @@ const useContext = (kc: KubeConfig, context: string | undefined) => {
 }
 
 export const loadKubeConfig = (source: KubeConfigSource = { _tag: "Default" }): Effect.Effect<KubeConfig, LaunchConfigError> =>
-  Effect.try({
+  Effect.flatMap(kubeClient, ({ KubeConfig }) => Effect.try({
     try: () => {
       const kc = new KubeConfig()
       switch (source._tag) {
@@ -57,7 +58,7 @@ export const loadKubeConfig = (source: KubeConfigSource = { _tag: "Default" }): 
       }
     },
     catch: (e) => new LaunchConfigError({ message: `Kubernetes config: ${(e as Error).message}` })
-  }).pipe(
+  })).pipe(
     Effect.filterOrFail(
       (kc) => kc.getCurrentCluster() !== null,
       () => new LaunchConfigError({ message: "Kubernetes config: no current cluster (check current-context)" })

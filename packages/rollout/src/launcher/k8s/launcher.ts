@@ -23,6 +23,7 @@ import { requireKubernetes } from "../../harness/spec.js"
 import type { AttemptHandle, AttemptSpec, Launcher } from "../Launcher.js"
 import { makeAdoption } from "./adopt.js"
 import { makeKubeApi, type RetryPolicy } from "./api.js"
+import { kubeClient } from "./client.js"
 import { clientRefusal, type KubeConfigSource, loadKubeConfig } from "./config.js"
 import { createJob } from "./create.js"
 import { makeFailureLog } from "./failureLog.js"
@@ -71,7 +72,7 @@ export const makeKubernetesLauncher = (
 ): Effect.Effect<KubernetesJobLauncher, LaunchConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const kc = yield* loadKubeConfig(options.kubeConfig)
-    const api = makeKubeApi(kc, options.retry)
+    const api = makeKubeApi(yield* kubeClient, kc, options.retry)
     const owner = options.owner ?? "reins"
     const ownerLabel = labelValue(owner)
     const bucket = yield* makeTokenBucket(options.createRate ?? { perSecond: 10, burst: 20 })
