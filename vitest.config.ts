@@ -27,8 +27,14 @@ export default defineConfig({
     // Real processes, sockets and a real model: generous but bounded.
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    // Forks isolate native addons (better-sqlite3, tfjs wasm) and worker threads per file.
+    // Forks keep native addons (better-sqlite3, tfjs wasm) and worker threads out of vitest's own
+    // process. Each fork runs file after file without re-importing what the last one loaded
+    // (`isolate: false`): importing effect and reins's packages again cost each file ~2 s of CPU,
+    // ~200 s of the suite. Test files therefore restore whatever global they change (environment
+    // variables, patched builtins) and do not use @effect/vitest's `layer`, which patches the shared
+    // `it` (test/describeWithLayer.ts).
     pool: "forks",
+    isolate: false,
     maxWorkers: 2,
     slowTestThreshold: 5_000
   }

@@ -6,7 +6,7 @@
  * SetWeights is refused, and the checkpoint loads as a model directory (base with the adapter
  * merged) for evaluation and export.
  */
-import { expect, layer } from "@effect/vitest"
+import { expect } from "@effect/vitest"
 import { Device, deviceClient, deviceWorkerLayer, GenerationConfig, initModelDir, loadModelDir, makeConfig, trainBpe } from "@reins/policy"
 import { DeviceWeights, GenerateRequest, RestoreRequest, SamplingParams, SaveRequest, ScoreRequest, TrainRequest, TrainSample, TrainSettings } from "@reins/protocol"
 import { ActorSystem } from "@reins/runtime"
@@ -14,6 +14,7 @@ import { Chunk, Context, Effect, Layer, Stream } from "effect"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
+import { describeWithLayer } from "../describeWithLayer.js"
 
 class Dirs extends Context.Tag("test/LoraDirs")<Dirs, { readonly root: string }>() {}
 
@@ -37,7 +38,7 @@ const settings = new TrainSettings({ objective: { kind: "sft" }, lr: 1e-2, weigh
 const sample = new TrainSample({ tokens: SEQ, weights: Float32Array.from(SEQ, (_, i) => (i >= PROMPT.length ? 1 / 6 : 0)) })
 const actionLogprob = (lp: Float32Array) => lp.subarray(PROMPT.length).reduce((s, x) => s + x, 0)
 
-layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("a LoRA device", (it) => {
+describeWithLayer("a LoRA device", TestLayer, 60_000, (it) => {
   it.effect("trains only its adapters, saves them in PEFT layout and restores them", () =>
     Effect.gen(function*() {
       const { root } = yield* Dirs

@@ -4,7 +4,7 @@
  * tokens, also mid-stream), keeps a caller's pause, rolls back on failure; Score; weights moved
  * to a second device; Save → Restore with optimizer state; clear errors on bad input.
  */
-import { expect, layer } from "@effect/vitest"
+import { expect } from "@effect/vitest"
 import {
   Device,
   type DeviceActor,
@@ -36,6 +36,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs
 import os from "node:os"
 import path from "node:path"
 import { engineSettled } from "./device-fixtures.js"
+import { describeWithLayer } from "../describeWithLayer.js"
 
 class Dirs extends Context.Tag("test/Dirs")<Dirs, { readonly root: string }>() {}
 
@@ -108,7 +109,7 @@ const fixedBatch = Effect.gen(function*() {
 
 const isMonotone = (xs: ReadonlyArray<number>) => xs.every((x, i) => i === 0 || x >= xs[i - 1]!)
 
-layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("device training", (it) => {
+describeWithLayer("device training", TestLayer, 60_000, (it) => {
   it.effect("Score: per-token logprobs aligned with the tokens, entry 0 = 0", () =>
     Effect.gen(function*() {
       const { logprobs, version } = yield* score([SEQ_UP, Int32Array.from([3]), new Int32Array(0)])
