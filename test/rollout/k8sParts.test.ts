@@ -18,8 +18,10 @@ import {
   supersedes
 } from "@reins/rollout"
 import { Effect, Fiber, TestClock } from "effect"
-import { writeFileSync } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { afterAll } from "vitest"
 import { tempDir } from "./helpers.js"
 
@@ -221,4 +223,18 @@ describe("kubeconfig", () => {
         }
       }
     }))
+})
+
+describe("the client library", () => {
+  it("is imported when a Kubernetes launcher starts, not with @reins/rollout (importing it takes ~0.9 s)", () => {
+    const log = join(data.dir, "imports.log")
+    const hook = fileURLToPath(new URL("./fixtures/record-imports.mjs", import.meta.url))
+    execFileSync(process.execPath, ["--import", hook, "--input-type=module", "-e", "await import('@reins/rollout')"], {
+      env: { ...process.env, REINS_IMPORT_LOG: log },
+      timeout: 30_000
+    })
+    const urls = readFileSync(log, "utf8").split("\n")
+    expect(urls.some((u) => /\/rollout\/(dist|src)\/index\.[jt]s$/.test(u))).toBe(true) // the hook saw the import
+    expect(urls.filter((u) => u.includes("@kubernetes/client-node"))).toEqual([])
+  })
 })
