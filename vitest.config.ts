@@ -29,10 +29,10 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Forks keep native addons (better-sqlite3, tfjs wasm) and worker threads out of vitest's own
     // process. Each fork runs file after file without re-importing what the last one loaded
-    // (`isolate: false`): importing effect and reins's packages again cost each file ~2 s of CPU,
-    // ~200 s of the suite. Test files therefore restore whatever global they change (environment
-    // variables, patched builtins) and do not use @effect/vitest's `layer`, which patches the shared
-    // `it` (test/describeWithLayer.ts).
+    // (`isolate: false`): importing effect and reins's packages again cost each file ~2 s, ~110 s
+    // of the suite's ~1,070 s of CPU. Test files therefore restore whatever global they change
+    // (environment variables, patched builtins) and do not use @effect/vitest's `layer`, which
+    // patches the shared `it` (test/describeWithLayer.ts).
     pool: "forks",
     isolate: false,
     maxWorkers: 2,
