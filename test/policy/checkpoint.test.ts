@@ -9,6 +9,7 @@ import {
   bf16ToF32,
   ChatTemplate,
   CheckpointError,
+  ChecksumThread,
   decodeSafetensors,
   encodeHfWeights,
   encodeSafetensors,
@@ -22,7 +23,6 @@ import {
   reserveHeap,
   SafetensorsReader,
   saveModel,
-  Sha256Thread,
   saveOptimizerState,
   Transformer,
   uninitialized
@@ -30,6 +30,7 @@ import {
 import * as tf from "@tensorflow/tfjs"
 import { Effect, Exit } from "effect"
 import { createHash } from "node:crypto"
+import { crc32 } from "node:zlib"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -88,7 +89,47 @@ describe("safetensors", () => {
     extra.set(bytes)
     expect(() => decodeSafetensors(extra)).toThrow(/after the last tensor/)
   })
+
+  it("records the CRC-32 of the data; files written with the SHA-256 of before are still checked; a checksum in the caller's metadata is replaced", async () => {
+    const values = Float32Array.from({ length: 300 }, (_, i) => Math.cos(i))
+    const bytes = encodeSafetensors({ w: { dtype: "F32", shape: [300], data: values } }, { note: "x", "reins.sha256": "stale", "reins.crc32": "stale" })
+    const data = bytes.subarray(bytes.length - values.byteLength)
+    expect(decodeSafetensors(bytes).metadata).toEqual({ note: "x", "reins.crc32": crc32(data).toString(16).padStart(8, "0") })
+    // The same tensor as a file of before: its header names the SHA-256 instead.
+    const legacy = withMetadata(bytes, { note: "x", "reins.sha256": createHash("sha256").update(data).digest("hex") })
+    expect(sameBits(decodeSafetensors(legacy).tensors.get("w")!.data, values)).toBe(true)
+    const file = join(tmp, "legacy.safetensors")
+    writeFileSync(file, legacy)
+    const reader = await SafetensorsReader.open(file)
+    try {
+      let seen = 0
+      await reader.scan(() => true, (_, __, chunk) => (seen += chunk.length))
+      expect(seen).toBe(values.byteLength)
+    } finally {
+      await reader.close()
+    }
+    const flipped = legacy.slice()
+    flipped[flipped.length - 3]! ^= 4
+    expect(() => decodeSafetensors(flipped)).toThrow(/SHA-256 checksum/)
+    await expectChecksumFailure(file, flipped, () => true)
+    const flippedNew = bytes.slice()
+    flippedNew[flippedNew.length - 3]! ^= 4
+    expect(() => decodeSafetensors(flippedNew)).toThrow(/CRC-32 checksum/)
+  })
 })
+
+/** `bytes` (a safetensors file) with its header's metadata replaced. */
+const withMetadata = (bytes: Uint8Array, metadata: Record<string, string>): Uint8Array => {
+  const n = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true))
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n)))
+  const json = new TextEncoder().encode(JSON.stringify({ ...header, __metadata__: metadata }))
+  const padded = Math.ceil(json.length / 8) * 8
+  const out = new Uint8Array(8 + padded + bytes.length - 8 - n).fill(0x20, 8, 8 + padded)
+  new DataView(out.buffer).setBigUint64(0, BigInt(padded), true)
+  out.set(json, 8)
+  out.set(bytes.subarray(8 + n), 8 + padded)
+  return out
+}
 
 /** Writes `bytes` to `file` and expects a scan (of the tensors `wanted` accepts) to fail its checksum. */
 const expectChecksumFailure = async (file: string, bytes: Uint8Array, wanted: (name: string) => boolean) => {
@@ -132,7 +173,7 @@ describe("reading a file once", () => {
   })
 
   it("scan of a file past 64 MiB: checksummed by a second thread from the same reads, a flipped bit found, a failing visit leaves the reader usable", async () => {
-    // 17M floats: 68 MB of data, hashed by sha256Thread.ts's worker rather than on the way.
+    // 17M floats: 68 MB of data, hashed by checksumThread.ts's worker rather than on the way.
     const big = Float32Array.from({ length: 17 << 20 }, (_, i) => i % 65521)
     const bytes = encodeSafetensors({ big: { dtype: "F32", shape: [17 << 10, 1 << 10], data: big } })
     const file = join(tmp, "large-scan.safetensors")
@@ -161,27 +202,34 @@ describe("reading a file once", () => {
     await expectChecksumFailure(file, flipped, () => true)
   })
 
-  it("the hashing thread: bytes handed over in shared buffers hash as node:crypto hashes them; its buffers come back; a stopped thread fails its digest", async () => {
-    const thread = Sha256Thread.tryStart(2, 1000)
-    expect(thread).toBeDefined()
-    const want = createHash("sha256")
-    try {
-      for (let k = 0; k < 7; k++) {
-        const slot = k % 2
-        await thread!.free(slot)
-        const length = 1000 - k * 100
-        for (let i = 0; i < length; i++) thread!.slots[slot]![i] = (k * 31 + i) & 255
-        want.update(thread!.slots[slot]!.subarray(0, length))
-        thread!.update(slot, length)
+  it("the hashing thread: bytes handed over in shared buffers hash as node:zlib and node:crypto hash them; its buffers come back; a stopped thread fails its digest", async () => {
+    for (const algorithm of ["crc32", "sha256"] as const) {
+      const thread = ChecksumThread.tryStart(algorithm, 2, 1000)
+      expect(thread).toBeDefined()
+      const sha = createHash("sha256")
+      let crc = 0
+      try {
+        for (let k = 0; k < 7; k++) {
+          const slot = k % 2
+          if (!thread!.isFree(slot)) await thread!.free(slot)
+          expect(thread!.isFree(slot)).toBe(true)
+          const length = 1000 - k * 100
+          for (let i = 0; i < length; i++) thread!.slots[slot]![i] = (k * 31 + i) & 255
+          sha.update(thread!.slots[slot]!.subarray(0, length))
+          crc = crc32(thread!.slots[slot]!.subarray(0, length), crc)
+          thread!.update(slot, length)
+          expect(thread!.isFree(slot)).toBe(false) // the thread's until it hands the slot back
+        }
+        expect(await thread!.digest()).toBe(algorithm === "crc32" ? crc.toString(16).padStart(8, "0") : sha.digest("hex"))
+      } finally {
+        await thread!.stop()
       }
-      expect(await thread!.digest()).toBe(want.digest("hex"))
-    } finally {
-      await thread!.stop()
     }
-    const stopped = Sha256Thread.tryStart(1, 8)!
+    const stopped = ChecksumThread.tryStart("crc32", 1, 8)!
     stopped.update(0, 8)
     await stopped.stop()
     await stopped.free(0) // released, not left waiting on a dead thread
+    expect(stopped.isFree(0)).toBe(true)
     await expect(stopped.digest()).rejects.toThrow(/exited/)
   })
 

@@ -20,7 +20,7 @@ export { sftLoss, policyGradientLoss, pgStats, importanceWeights, DEFAULT_PG, ty
 export { AdamW, OptimizerError, schedule, type Schedule, type ScheduleOptions, type AdamWOptions, type UpdateStats } from "./train/optimizer.js"
 export { trainStep, microBatchGradients, scoreSequences } from "./train/step.js"
 export { encodeSafetensors, decodeSafetensors, SafetensorsReader, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"
-export { Sha256Thread } from "./checkpoint/sha256Thread.js"
+export { ChecksumThread } from "./checkpoint/checksumThread.js"
 export { bf16ToF32, f32ToBf16, f16ToF32, f32ToF16 } from "./checkpoint/dtype.js"
 export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type HfArchitecture, type HfDtype, type HfModelConfig } from "./checkpoint/hf/config.js"
 export { LoraConfig, LORA_TARGETS, loraSites, initAdapters, mergeAdapters, type LoraTarget, type LoraSite } from "./model/lora.js"

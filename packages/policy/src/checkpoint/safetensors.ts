@@ -8,13 +8,14 @@
  *             cover it exactly, without holes or overlaps
  *
  * Supported dtypes: F32, I32, and Hugging Face checkpoints' BF16 and F16. Tensors are written in name order, so the same tensors give the
- * same bytes. `reins.sha256` in the metadata is the SHA-256 of the data section: a flipped bit
- * anywhere, not only a truncation, is detected on read.
+ * same bytes. `reins.crc32` in the metadata is the CRC-32 of the data section (checksum.ts; files
+ * written before it have `reins.sha256`): a flipped bit anywhere, not only a truncation, is
+ * detected on read.
  */
-import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import { endianness } from "node:os"
-import { Sha256Thread } from "./sha256Thread.js"
+import { CHECKSUM_KEYS, type ChecksumAlgorithm, checksumEntry, makeChecksum, recordedChecksum } from "./checksum.js"
+import { ChecksumThread } from "./checksumThread.js"
 
 export type DType = "F32" | "I32" | "BF16" | "F16"
 
@@ -38,15 +39,17 @@ export class SafetensorsError extends Error {
   override readonly name = "SafetensorsError"
 }
 
-const CHECKSUM = "reins.sha256"
 const MAX_HEADER = 100 * 1024 * 1024
 /** Bytes `scan` reads at a time: large enough for few reads, small enough to stay in cache while it is hashed and copied. */
 const SCAN_CHUNK = 4 << 20
-/** Data sections from this size on are hashed by a second thread (sha256Thread.ts); below it, starting one costs more than it saves. */
+/** Data sections from this size on are hashed by a second thread (checksumThread.ts); below it, starting one costs more than it saves. */
 const BACKGROUND_HASH_BYTES = 64 << 20
 /** Buffers the reader and the hashing thread share: a few chunks of slack between them. */
 const HASH_SLOTS = 4
 const littleEndian = endianness() === "LE"
+
+const mismatch = (algorithm: ChecksumAlgorithm) =>
+  new SafetensorsError(`corrupt: the data does not match its ${algorithm === "crc32" ? "CRC-32" : "SHA-256"} checksum`)
 
 const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
   if (littleEndian) return new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
@@ -62,13 +65,6 @@ const bytesOf = (a: TensorEntry["data"]): Uint8Array => {
 
 const matchesDtype = (t: TensorEntry): boolean =>
   t.dtype === "F32" ? t.data instanceof Float32Array : t.dtype === "I32" ? t.data instanceof Int32Array : t.data instanceof Uint16Array
-
-/** SHA-256 in pieces: one `update` takes at most 2 GiB, and a 0.6 B-parameter model's F32 data is 2.4 GB. */
-const sha256 = (bytes: Uint8Array): string => {
-  const hash = createHash("sha256")
-  for (let i = 0; i < bytes.length; i += SCAN_CHUNK) hash.update(bytes.subarray(i, i + SCAN_CHUNK))
-  return hash.digest("hex")
-}
 
 /** Serializes tensors (and string metadata) to safetensors bytes. */
 export const encodeSafetensors = (tensors: Readonly<Record<string, TensorEntry>>, metadata: Readonly<Record<string, string>> = {}): Uint8Array => {
@@ -88,7 +84,9 @@ export const encodeSafetensors = (tensors: Readonly<Record<string, TensorEntry>>
     const [begin] = (header[name] as { data_offsets: [number, number] }).data_offsets
     data.set(bytesOf(tensors[name]!.data), begin)
   }
-  const json = JSON.stringify({ __metadata__: { ...metadata, [CHECKSUM]: sha256(data) }, ...header })
+  // A checksum in the caller's metadata (one read from another file) would not be this data's.
+  const kept = Object.fromEntries(Object.entries(metadata).filter(([key]) => !CHECKSUM_KEYS.some(([k]) => k === key)))
+  const json = JSON.stringify({ __metadata__: { ...kept, ...checksumEntry(data) }, ...header })
   const encoded = new TextEncoder().encode(json)
   const headerLength = Math.ceil(encoded.length / 8) * 8
   const out = new Uint8Array(8 + headerLength + data.length)
@@ -204,8 +202,12 @@ export const decodeSafetensors = (bytes: Uint8Array): SafetensorsFile => {
   const header = parseHeader(bytes.subarray(8, 8 + n), 8 + n, data.length)
   const tensors = new Map<string, TensorEntry>()
   for (const [name, t] of header.tensors) tensors.set(name, { dtype: t.dtype, shape: t.shape, data: typedValues(data.subarray(t.begin, t.end), t.dtype) })
-  const checksum = header.metadata[CHECKSUM]
-  if (checksum !== undefined && checksum !== sha256(data)) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
+  const recorded = recordedChecksum(header.metadata)
+  if (recorded !== undefined) {
+    const sum = makeChecksum(recorded.algorithm)
+    sum.update(data)
+    if (sum.digest() !== recorded.hex) throw mismatch(recorded.algorithm)
+  }
   return { tensors, metadata: header.metadata }
 }
 
@@ -266,22 +268,26 @@ export class SafetensorsReader {
    * rows of its last axis (at most 4 MiB unless one row is larger): the chunk's bytes and the
    * index of its first element. The next chunk is read (on libuv's threads) while `visit` runs,
    * into another buffer; a chunk's bytes are overwritten after the next one, so `visit` must be
-   * done with them when it returns. Tensors `wanted` rejects are skipped — unless the file has a
-   * `reins.sha256` checksum: then every byte is hashed (a large file's by a second thread, from
-   * the same buffers as `visit` reads; a small file's here), and a mismatch throws once all are
-   * read, so a caller builds nothing from what it was handed until `scan` has returned.
+   * done with them when it returns. Tensors `wanted` rejects are skipped — unless the file
+   * records a checksum (checksum.ts): then every byte is hashed (a large file's by a second
+   * thread, from the same buffers as `visit` reads; a small file's here), and a mismatch throws
+   * once all are read, so a caller builds nothing from what it was handed until `scan` has
+   * returned.
    */
   async scan(wanted: (name: string) => boolean, visit: (name: string, tensor: TensorHeader, bytes: Uint8Array, firstElement: number) => void): Promise<void> {
-    const expected = this.header.metadata[CHECKSUM]
+    const expected = recordedChecksum(this.header.metadata)
     const chunks = this.chunks((name) => wanted(name) || expected !== undefined)
     const size = chunks.reduce((m, c) => Math.max(m, c.length), 0)
-    const thread = expected !== undefined && this.header.dataLength >= BACKGROUND_HASH_BYTES ? Sha256Thread.tryStart(HASH_SLOTS, size) : undefined
-    const hash = expected !== undefined && thread === undefined ? createHash("sha256") : undefined
+    const thread = expected !== undefined && this.header.dataLength >= BACKGROUND_HASH_BYTES ? ChecksumThread.tryStart(expected.algorithm, HASH_SLOTS, size) : undefined
+    const hash = expected !== undefined && thread === undefined ? makeChecksum(expected.algorithm) : undefined
     const buffers = thread?.slots ?? [new Uint8Array(size), new Uint8Array(size)]
-    const read = async (k: number) => {
+    // The read is issued before this returns whenever its buffer is free: `visit` runs
+    // synchronously next, and a read begun in a microtask would begin only once `visit` is done.
+    const read = (k: number): Promise<void> => {
       const { at, length, name } = chunks[k]!
-      await thread?.free(k % buffers.length)
-      await this.readFully(buffers[k % buffers.length]!.subarray(0, length), at, name)
+      const slot = k % buffers.length
+      const go = () => this.readFully(buffers[slot]!.subarray(0, length), at, name)
+      return thread === undefined || thread.isFree(slot) ? go() : thread.free(slot).then(go)
     }
     let pending = chunks.length > 0 ? read(0) : Promise.resolve()
     try {
@@ -297,8 +303,8 @@ export class SafetensorsReader {
       await pending
       if (expected === undefined) return
       // The thread failing is not the file's fault: then the data is read again and hashed here.
-      const digest = hash?.digest("hex") ?? (await thread!.digest().catch(() => this.sha256()))
-      if (digest !== expected) throw new SafetensorsError("corrupt: the data does not match its SHA-256 checksum")
+      const digest = hash?.digest() ?? (await thread!.digest().catch(() => this.checksum(expected.algorithm)))
+      if (digest !== expected.hex) throw mismatch(expected.algorithm)
     } catch (e) {
       // No read may still be writing into the buffers (or using the descriptor) once this returns.
       await pending.catch(() => {})
@@ -323,16 +329,16 @@ export class SafetensorsReader {
     return out
   }
 
-  /** The SHA-256 of the data section, read here. */
-  private async sha256(): Promise<string> {
-    const hash = createHash("sha256")
+  /** The checksum of the data section, read here. */
+  private async checksum(algorithm: ChecksumAlgorithm): Promise<string> {
+    const sum = makeChecksum(algorithm)
     const buffer = new Uint8Array(SCAN_CHUNK)
     for (let at = 0; at < this.header.dataLength; at += SCAN_CHUNK) {
       const bytes = buffer.subarray(0, Math.min(SCAN_CHUNK, this.header.dataLength - at))
       await this.readFully(bytes, at, "(checksum)")
-      hash.update(bytes)
+      sum.update(bytes)
     }
-    return hash.digest("hex")
+    return sum.digest()
   }
 
   close(): Promise<void> {

@@ -1,16 +1,19 @@
 /**
- * A SHA-256 computed on a worker thread (sha256Worker.mjs) over bytes this thread has read into
- * shared buffers: loading a large checkpoint so verifies its checksum on a second core while the
- * loader converts and places the weights, instead of hashing every chunk on the loader's own
- * thread (1.5 s of a 0.6 B-parameter model's load here). No byte is copied or read twice: the
- * thread hashes a buffer while the loader reads from it too, and hands it back when done.
+ * A checkpoint's checksum (checksum.ts) computed on a worker thread (checksumWorker.mjs) over
+ * bytes this thread has read into shared buffers: loading a large checkpoint so verifies it on a
+ * second core while the loader converts and places the weights, instead of hashing every chunk on
+ * the loader's own thread. No byte is copied or read twice: the thread hashes a buffer while the
+ * loader reads from it too, and hands it back when done.
  */
 import { Worker } from "node:worker_threads"
+import type { ChecksumAlgorithm } from "./checksum.js"
 
-export class Sha256Thread {
+export class ChecksumThread {
   /** Per slot: settles once the thread is done with what was last handed to it there. */
   private readonly busy: Array<Promise<void>>
   private readonly release: Array<() => void> = []
+  /** Per slot: whether the thread holds it now (the synchronous twin of `busy`). */
+  private readonly held: Array<boolean>
   private failure: Error | undefined
   private finish: { resolve: (hex: string) => void; reject: (e: Error) => void } | undefined
 
@@ -20,12 +23,17 @@ export class Sha256Thread {
     readonly slots: ReadonlyArray<Uint8Array>
   ) {
     this.busy = slots.map(() => Promise.resolve())
+    this.held = slots.map(() => false)
     worker.on("message", (m: { free?: number; digest?: string }) => {
-      if (m.free !== undefined) this.release[m.free]?.()
+      if (m.free !== undefined) {
+        this.held[m.free] = false
+        this.release[m.free]?.()
+      }
       if (m.digest !== undefined) this.finish?.resolve(m.digest)
     })
     const fail = (e: Error) => {
       this.failure ??= e
+      this.held.fill(false)
       for (const release of this.release) release() // nothing waits forever on a dead thread
       this.finish?.reject(this.failure)
     }
@@ -34,11 +42,11 @@ export class Sha256Thread {
   }
 
   /** A thread with `slots` buffers of `slotBytes`; undefined where none can start (then the caller hashes). */
-  static tryStart(slots: number, slotBytes: number): Sha256Thread | undefined {
+  static tryStart(algorithm: ChecksumAlgorithm, slots: number, slotBytes: number): ChecksumThread | undefined {
     try {
       const shared = Array.from({ length: slots }, () => new SharedArrayBuffer(slotBytes))
-      const worker = new Worker(new URL("./sha256Worker.mjs", import.meta.url), { workerData: { slots: shared } })
-      return new Sha256Thread(worker, shared.map((s) => new Uint8Array(s)))
+      const worker = new Worker(new URL("./checksumWorker.mjs", import.meta.url), { workerData: { algorithm, slots: shared } })
+      return new ChecksumThread(worker, shared.map((s) => new Uint8Array(s)))
     } catch {
       return undefined
     }
@@ -49,9 +57,15 @@ export class Sha256Thread {
     return this.busy[k]!
   }
 
+  /** Whether slot `k` may be overwritten now. */
+  isFree(k: number): boolean {
+    return !this.held[k]
+  }
+
   /** Hashes the first `length` bytes of slot `k` next (after everything handed over before). */
   update(k: number, length: number): void {
     if (this.failure !== undefined) return
+    this.held[k] = true
     this.busy[k] = new Promise((resolve) => (this.release[k] = resolve))
     this.worker.postMessage({ slot: k, length })
   }
