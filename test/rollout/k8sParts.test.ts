@@ -226,15 +226,24 @@ describe("kubeconfig", () => {
 })
 
 describe("the client library", () => {
-  it("is imported when a Kubernetes launcher starts, not with @reins/rollout (importing it takes ~0.9 s)", () => {
+  it("is imported when a Kubernetes config is first loaded, not with @reins/rollout (importing it takes ~0.9 s)", () => {
     const log = join(data.dir, "imports.log")
     const hook = fileURLToPath(new URL("./fixtures/record-imports.mjs", import.meta.url))
-    execFileSync(process.execPath, ["--import", hook, "--input-type=module", "-e", "await import('@reins/rollout')"], {
+    const program = [
+      "const rollout = await import('@reins/rollout')",
+      "const { Effect } = await import('effect')",
+      "(await import('node:fs')).appendFileSync(process.env.REINS_IMPORT_LOG, 'IMPORTED\\n')",
+      "await Effect.runPromise(rollout.loadKubeConfig({ _tag: 'Server', server: 'http://127.0.0.1:1' }))"
+    ].join(";")
+    execFileSync(process.execPath, ["--import", hook, "--input-type=module", "-e", program], {
       env: { ...process.env, REINS_IMPORT_LOG: log },
       timeout: 30_000
     })
     const urls = readFileSync(log, "utf8").split("\n")
-    expect(urls.some((u) => /\/rollout\/(dist|src)\/index\.[jt]s$/.test(u))).toBe(true) // the hook saw the import
-    expect(urls.filter((u) => u.includes("@kubernetes/client-node"))).toEqual([])
+    const imported = urls.indexOf("IMPORTED")
+    expect(imported).toBeGreaterThan(0)
+    expect(urls.slice(0, imported).some((u) => /\/rollout\/(dist|src)\/index\.[jt]s$/.test(u))).toBe(true) // the hook saw the import
+    expect(urls.slice(0, imported).filter((u) => u.includes("@kubernetes/client-node"))).toEqual([])
+    expect(urls.slice(imported).some((u) => u.includes("@kubernetes/client-node"))).toBe(true)
   })
 })
