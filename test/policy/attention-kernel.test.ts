@@ -1,7 +1,9 @@
 /**
- * The hand-assembled SIMD loops of attentionKernel.ts (`dot_rows`, and `axpy_rows`, which adds
- * eight rows per pass then the rest one by one) held to float64 sums, as are the JS loops that
- * replace them where wasm SIMD is missing, over row counts on both sides of a group of eight.
+ * The hand-assembled SIMD loops of attentionKernel.ts (`dot_rows`, which sums four vectors per
+ * pass then the rest one by one, and `axpy_rows`, which adds eight rows per pass then the rest
+ * one by one) held to float64 sums, as are the JS loops that replace them where wasm SIMD is
+ * missing, over row counts on both sides of a group of eight and row lengths on both sides of
+ * a pass of four vectors.
  */
 import { describe, expect, it } from "vitest"
 import { AttentionKernel } from "../../packages/policy/src/model/attentionKernel.js"
@@ -47,6 +49,23 @@ describe("the attention kernel's SIMD loops", () => {
         for (let t = 0; t < floats; t++) want += m[(a >>> 2) + t]! * m[(b >>> 2) + r * stride + t]!
         expect(Math.abs(m[(out >>> 2) + r]! - want)).toBeLessThan(1e-5 * (1 + Math.abs(want)))
       }
+      free()
+    }
+  })
+
+  // Floats per row: one vector, fewer than a pass of four, one pass, a pass and one, a pass and three, many passes.
+  it.each([4, 12, 16, 20, 28, 132])("dot_rows over rows of %i floats matches float64 sums and the JS loop", (floats) => {
+    const rows = 5, stride = floats + 8
+    for (const kernel of [simd, js]) {
+      const { a, b, out, free } = fill(kernel, rows, floats, stride, floats)
+      const m = kernel.f32()
+      kernel.dotRows(a, b, rows, stride * 4, floats * 4, out)
+      for (let r = 0; r < rows; r++) {
+        let want = 0
+        for (let t = 0; t < floats; t++) want += m[(a >>> 2) + t]! * m[(b >>> 2) + r * stride + t]!
+        expect(Math.abs(m[(out >>> 2) + r]! - want)).toBeLessThan(1e-5 * (1 + Math.abs(want)))
+      }
+      expect(m[(out >>> 2) + rows]).toBe(1e6) // nothing written past the rows
       free()
     }
   })

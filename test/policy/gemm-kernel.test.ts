@@ -1,10 +1,12 @@
 /**
  * The in-place product (gemmKernel.ts) on the wasm backend: held to tfjs's own matmul over
  * shapes that reach every path (4-row tiles, left-over rows, a shared dimension across several
- * blocks, columns beyond the last 8-column panel; matrices side by side in one output), and the fast decoder with `gemm: "heap"`
- * held to the same decoder with tfjs's matmul, on the Llama family's variants.
+ * blocks, columns beyond the last 8-column panel; matrices side by side in one output), its
+ * row-by-row form over a matrix stored [out, in] likewise, and the fast decoder with `gemm: "heap"`
+ * (whose tied head takes the row-by-row form) held to the same decoder with tfjs's matmul, on the
+ * Llama family's variants.
  */
-import { DecodeWeights, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
+import { DecodeWeights, heapDotRowsInto, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { beforeAll, describe, expect, it } from "vitest"
 import { backend, prefillThenStep, tinyConfig, variantConfig } from "./model-fixtures.js"
@@ -81,6 +83,38 @@ describe("heapGemmInto at a column", () => {
     // Past the output's width: refused, naming the column.
     expect(() => heapGemmInto(x, parts[0]!, out, 30)).toThrow(/do not multiply into \[\d,45\] at column 30/)
     tf.dispose([x, ...parts, out, want])
+  })
+})
+
+describe("heapDotRowsInto: x·wᵀ over w stored [out, in]", () => {
+  it.each([
+    [1, 64, 5], // one row, four whole passes of four vectors per row of w
+    [1, 52, 9], // 3 passes and a vector left over
+    [3, 8, 4], // rows of x, each its own pass over w
+    [2, 6, 3] // a shared dimension of no whole vectors: the JS loop
+  ])("x[%i, %i]·w[%i, ..]ᵀ matches tf.matMul, and overwrites a kept output", (rows, k, cols) => {
+    const x = tf.randomNormal([rows, k], 0, 1, "float32", rows * 5 + k) as tf.Tensor2D
+    const w = tf.randomNormal([cols, k], 0, 1, "float32", cols * 13 + k) as tf.Tensor2D
+    const out = tf.fill([rows, cols], 1e6) as tf.Tensor2D
+    heapDotRowsInto(x, w, out)
+    const want = tf.matMul(x, w, false, true)
+    expect(worstRelative(out, want)).toBeLessThan(1e-5)
+    tf.dispose([x, w, out, want])
+  })
+
+  it("writes at a column of a wider output, and refuses shapes that do not multiply, naming them", () => {
+    const x = tf.randomNormal([1, 16], 0, 1, "float32", 8) as tf.Tensor2D
+    const w = tf.randomNormal([6, 16], 0, 1, "float32", 9) as tf.Tensor2D
+    const out = tf.fill([1, 10], 7) as tf.Tensor2D
+    heapDotRowsInto(x, w, out, 3)
+    const values = Array.from(out.dataSync())
+    const want = Array.from(tf.matMul(x, w, false, true).dataSync())
+    expect(values.slice(0, 3)).toEqual([7, 7, 7]) // the rest of out left as it was
+    expect(values[9]).toBe(7)
+    values.slice(3, 9).forEach((v, j) => expect(Math.abs(v - want[j]!)).toBeLessThan(1e-4))
+    expect(() => heapDotRowsInto(x, tf.zeros([6, 15]) as tf.Tensor2D, out)).toThrow(/heapDotRows: shapes \[1,16\] and \[6,15\] do not multiply/)
+    expect(() => heapDotRowsInto(x, w, out, 5)).toThrow(/do not multiply into \[1,10\] at column 5/)
+    tf.dispose([x, w, out])
   })
 })
 

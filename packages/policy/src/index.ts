@@ -7,7 +7,7 @@ export { Transformer, segmentStarts, type TokenBatch } from "./model/transformer
 export { WeightsError, initWeights, checkWeights, type Weights } from "./model/weights.js"
 export { DecodeWeights, FastDecoder, KvCache, type Chunk as DecodeChunk, type GemmKind } from "./model/fastDecode.js"
 export { defaultGemm } from "./model/decodeWeights.js"
-export { heapGemm, heapGemmAvailable, heapGemmInto } from "./model/gemmKernel.js"
+export { heapDotRowsInto, heapGemm, heapGemmAvailable, heapGemmInto } from "./model/gemmKernel.js"
 export { reserveHeap, uninitialized } from "./model/heap.js"
 export { transpose, transposeInto } from "./model/transpose.js"
 export { KvRows, RowRanges, TensorKvCache, type TensorChunk } from "./model/kvRows.js"

@@ -7,7 +7,8 @@
  *
  * With in-place products ("heap": models whose weights barely fit the wasm heap) a snapshot adds
  * nothing the size of a weight: q, k and v stay three matrices side by side (no fused copy), the
- * head is the model's own kept transpose, and LoRA adapters stay unmerged — each adapted
+ * head is the model's own kept transpose (and, tied, the embedding table as well: one row's
+ * logits read that faster), and LoRA adapters stay unmerged — each adapted
  * product adds scale·(x·A)·B, a rank-r correction (~1% of the product's work at rank 8),
  * instead of a merged copy of every adapted matrix.
  */
@@ -65,6 +66,7 @@ export interface Matrix {
   readonly tensor?: tf.Tensor2D // "tfjs": [in, out] on the device
   readonly parts?: ReadonlyArray<tf.Tensor2D> // "heap": [in, out_i] side by side, sharing the model's memory
   readonly lowRank?: ReadonlyArray<LowRank> // "heap": LoRA adapters, unmerged
+  readonly outIn?: tf.Tensor2D // "heap": the same matrix as [out, in] where the model holds it so (a tied head), for one row's product
   readonly transposed?: Float32Array // "js": [out, in]
 }
 
@@ -204,7 +206,9 @@ export class DecodeWeights {
       }
     })
     const headT = head ?? (c.tieEmbeddings ? transpose2d(p("tok_embeddings.weight")) : p("lm_head.weight"))
-    const headMatrix = matrix(headT)
+    // A tied head is also the embedding table itself, [vocab, d]: one row's logits read it in order (gemmKernel.ts heapDotRowsInto).
+    const tiedRows = gemm === "heap" && c.tieEmbeddings ? { outIn: tf.keep(tf.clone(p("tok_embeddings.weight"))) as tf.Tensor2D } : {}
+    const headMatrix = { ...matrix(headT), ...tiedRows }
     if (head === undefined && c.tieEmbeddings) headT.dispose()
     // On wasm the table stays on the device: copying 28M floats (a 49k vocabulary) out costs
     // more than a snapshot's other work, and a lookup reads d floats of it per token.
@@ -222,6 +226,7 @@ export class DecodeWeights {
     if (!(this.embeddingTable instanceof Float32Array)) this.embeddingTable.dispose()
     for (const m of [...this.layers.flatMap((l) => [l.qkv, l.wo, l.w1, l.w3, l.w2]), this.head]) {
       m.tensor?.dispose()
+      m.outIn?.dispose()
       tf.dispose([...(m.parts ?? [])])
     }
   }

@@ -25,7 +25,7 @@
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "./config.js"
 import { addLowRank, type DecodeWeights, KvCache, type LayerWeights, type Matrix } from "./decodeWeights.js"
-import { heapGemmInto } from "./gemmKernel.js"
+import { HEAP_TILE_ROWS, heapDotRowsInto, heapGemmInto } from "./gemmKernel.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable, rotateRow } from "./ops.js"
@@ -334,7 +334,8 @@ export class FastDecoder {
   }
 
   /**
-   * x·m in place on the wasm heap (gemmKernel.ts), each of m's parts into its columns, then m's
+   * x·m in place on the wasm heap (gemmKernel.ts), each of m's parts into its columns — or, for
+   * rows too few for the product's tiles, from m's rows [out, in] where it has them — then m's
    * unmerged LoRA updates (decodeWeights.ts). One row reuses kept input and output tensors:
    * nothing allocated per product.
    */
@@ -344,10 +345,13 @@ export class FastDecoder {
     let ty = R === 1 ? this.rowOutputs.get(m.cols) : undefined
     if (R === 1 && ty === undefined) this.rowOutputs.set(m.cols, (ty = tf.fill([1, m.cols], 0) as tf.Tensor2D))
     ty ??= tf.zeros([R, m.cols]) as tf.Tensor2D
-    let column = 0
-    for (const part of parts) {
-      heapGemmInto(tx, part, ty, parts.length === 1 ? undefined : column)
-      column += part.shape[1]
+    if (m.outIn !== undefined && R < HEAP_TILE_ROWS) heapDotRowsInto(tx, m.outIn, ty)
+    else {
+      let column = 0
+      for (const part of parts) {
+        heapGemmInto(tx, part, ty, parts.length === 1 ? undefined : column)
+        column += part.shape[1]
+      }
     }
     out.set(view(ty))
     if (R !== 1) tf.dispose([tx, ty])

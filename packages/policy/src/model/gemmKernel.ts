@@ -11,14 +11,16 @@
  *   single rows        (decoding one sequence, and the rows a prefill has left over) out += x[k]·W[k]
  *                      eight rows of W at a time — attentionKernel.ts's `axpy_rows` over blocks of
  *                      4,096 columns, so W streams through in long runs and the block of out stays
- *                      in cache: ~16 GB/s from memory here (one row of W at a time: ~11)
+ *                      in cache: ~16 GB/s from memory here (one row of W at a time: ~11); or, for a
+ *                      matrix the model also holds as [out, in] (a tied head), a dot product with
+ *                      each of its rows (`dot_rows`, `heapDotRowsInto`): ~21 GB/s
  *
  * It is used only for models the packed copies do not fit: by the decoder (decodeWeights.ts) and
  * for the frozen weights of LoRA training (matmul.ts `heapProducts`, headLogprobs.ts);
  * test/policy/gemm-kernel.test.ts holds it to tfjs's matmul.
  */
 import * as tf from "@tensorflow/tfjs"
-import { axpyRowsBody } from "./attentionKernel.js"
+import { axpyRowsBody, dotRowsBody } from "./attentionKernel.js"
 import type { ModelConfig } from "./config.js"
 import { wasmPacksWeights } from "./memory.js"
 import {
@@ -87,15 +89,17 @@ const gemmBody = (mr: number): Array<number> => {
 }
 
 const MR = 4
+/** Rows of x that `heapGemmInto` multiplies in tiles (fewer are single rows, one pass over W each). */
+export const HEAP_TILE_ROWS = MR
 
 const kernelBytes = (): Uint8Array => {
-  const bodies = [gemmBody(MR), axpyRowsBody]
+  const bodies = [gemmBody(MR), axpyRowsBody, dotRowsBody]
   return new Uint8Array([
     ...HEADER,
     ...section(1, vec([voidType(9), voidType(6)])),
     ...section(2, vec([[...str("env"), ...str("memory"), 0x02, 0x00, 1]])), // the backend's memory, imported
-    ...section(3, vec([[0], [1]])),
-    ...section(7, vec([[...str("gemm_4"), 0x00, 0], [...str("axpy_rows"), 0x00, 1]])),
+    ...section(3, vec([[0], [1], [1]])),
+    ...section(7, vec([[...str("gemm_4"), 0x00, 0], [...str("axpy_rows"), 0x00, 1], [...str("dot_rows"), 0x00, 2]])),
     ...section(10, vec(bodies.map((b) => [...leb(b.length), ...b])))
   ])
 }
@@ -103,13 +107,15 @@ const kernelBytes = (): Uint8Array => {
 type Gemm = (x: number, w: number, rows: number, k: number, cols: number, out: number, xs: number, ws: number, os: number) => void
 /** out[t] = Σ_r a[r]·b[r·stride + t] for t < len/4 (out zeroed first; byte addresses, len a multiple of 16). */
 type AxpyRows = (a: number, b: number, rows: number, stride: number, len: number, out: number) => void
+/** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len and stride multiples of 16). */
+type DotRows = AxpyRows
 
 interface WasmBackendInternals {
   readonly wasm: { readonly asm?: { readonly memory?: object }; readonly HEAPF32: Float32Array }
   readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
 }
 
-let instance: { readonly memory: object; readonly gemm4: Gemm; readonly axpyRows: AxpyRows } | null | undefined
+let instance: { readonly memory: object; readonly gemm4: Gemm; readonly axpyRows: AxpyRows; readonly dotRows: DotRows } | null | undefined
 
 const internals = (): WasmBackendInternals => tf.backend() as unknown as WasmBackendInternals
 
@@ -121,7 +127,7 @@ const kernel = () => {
   const bytes = kernelBytes()
   if (memory === undefined || !WebAssembly.validate(bytes)) return (instance = null)
   const exports = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports
-  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows })
+  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows, dotRows: exports["dot_rows"] as DotRows })
 }
 
 /** Whether in-place products can run here (the wasm backend, with SIMD). */
@@ -139,6 +145,20 @@ const offsetOf = (t: tf.Tensor): number => {
   return info.memoryOffset
 }
 
+const boundKernel = (name: string) => {
+  const kern = kernel()
+  if (kern === null) throw new Error(`${name}: needs the wasm backend with SIMD`)
+  return kern
+}
+
+/** x [R, k] times a matrix of `cols` output columns (`inner`: its k agrees) into out [R, cols], or out's columns from `column` on. */
+const checkShapes = (name: string, x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, inner: boolean, cols: number, column: number | undefined) => {
+  const [width, c0] = [out.shape[1], column ?? 0]
+  if (!inner || out.shape[0] !== x.shape[0] || (column === undefined ? width !== cols : c0 < 0 || c0 + cols > width)) {
+    throw new Error(`${name}: shapes [${x.shape}] and [${w.shape}] do not multiply into [${out.shape}]${column === undefined ? "" : ` at column ${column}`}`)
+  }
+}
+
 /** `x·w` ([R, k]·[k, m] → [R, m]) with w read in place on the wasm backend's heap. */
 export const heapGemm = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
   const out = tf.zeros([x.shape[0], w.shape[1]]) as tf.Tensor2D
@@ -152,15 +172,12 @@ export const heapGemm = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
  * (the rest of out left as it is: q, k and v side by side, each from its own matrix).
  */
 export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
-  const kern = kernel()
-  if (kern === null) throw new Error("heapGemm: needs the wasm backend with SIMD")
+  const kern = boundKernel("heapGemm")
   const [rows, k] = x.shape
   const [kw, cols] = w.shape
   const width = out.shape[1]
   const c0 = column ?? 0
-  if (k !== kw || out.shape[0] !== rows || (column === undefined ? width !== cols : c0 < 0 || c0 + cols > width)) {
-    throw new Error(`heapGemm: shapes [${x.shape}] and [${w.shape}] do not multiply into [${out.shape}]${column === undefined ? "" : ` at column ${column}`}`)
-  }
+  checkShapes("heapGemm", x, w, out, k === kw, cols, column)
   // Offsets are stable (the kernel allocates nothing, and a tensor's memory never moves).
   const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out) + c0 * 4
   const full = rows - (rows % MR)
@@ -193,4 +210,34 @@ export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, c
   }
   rest(0, full, full > 0 && panels > 0 ? panels : 0) // tile rows: columns past the last panel
   rest(full, rows, quads) // single rows: columns past the last 4-float group
+}
+
+/**
+ * `x·wᵀ` into `out` for `w` stored [out, in] (as Hugging Face stores a matrix), where the model
+ * holds a matrix that way anyway: a tied head is the embedding table [vocab, d]. Each row of x is
+ * dotted with every row of w, so w streams once per row of x, in order: for one row (decoding
+ * one sequence) that reads ~1.3x faster here than `heapGemmInto`'s rows of [in, out]; for four
+ * rows or more `heapGemmInto` reads its matrix once for all of them. Overwrites out [R, cols], or
+ * with `column` its cols columns from there on.
+ */
+export const heapDotRowsInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
+  const kern = boundKernel("heapDotRows")
+  const [rows, k] = x.shape
+  const [cols, kw] = w.shape
+  const width = out.shape[1]
+  checkShapes("heapDotRows", x, w, out, k === kw, cols, column)
+  const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out) + (column ?? 0) * 4
+  if (k % 4 === 0) {
+    for (let i = 0; i < rows; i++) kern.dotRows(xo + i * k * 4, wo, cols, k * 4, k * 4, oo + i * width * 4)
+    return
+  }
+  // Rows that are not whole vectors (no model's hidden size): a JS loop.
+  const heap = internals().wasm.HEAPF32
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < cols; j++) {
+      let s = 0
+      for (let t = 0; t < k; t++) s += heap[(xo >>> 2) + i * k + t]! * heap[(wo >>> 2) + j * k + t]!
+      heap[(oo >>> 2) + i * width + j] = s
+    }
+  }
 }
