@@ -2,8 +2,9 @@
  * The two loops that dominate batched decoding — a query row against every cached key
  * (`dotRows`) and the probability-weighted sum of cached values (`axpyRows`) — as a tiny
  * WebAssembly module with 128-bit SIMD (4 floats per instruction), plus the memory the KV caches
- * live in. Everything else stays in JavaScript. gemmKernel.ts reuses `axpy_rows` for a single
- * row's product with a weight matrix (decoding one sequence in place on tfjs's heap).
+ * live in. Everything else stays in JavaScript. gemmKernel.ts reuses both for a single row's
+ * product with a weight matrix (decoding one sequence in place on tfjs's heap): `axpy_rows` over
+ * a matrix stored [in, out], `dot_rows` over one stored [out, in].
  *
  * Why hand-assembled bytes: V8 does not vectorize JS loops (they reach ~1.5-2 GMAC/s here, and
  * attention over the cache was ~2/3 of a batched decode step), tfjs has no kernel that fits
@@ -32,23 +33,25 @@ const DOT_UNROLL = 4
 const dotTerm = (u: number) => [
   GET, ACC + u, GET, A, GET, T, I32_ADD, ...v128Load(16 * u), GET, ROW, GET, T, I32_ADD, ...v128Load(16 * u), ...F32X4_MUL, ...F32X4_ADD, SET, ACC + u
 ]
-/** `while (t + step <= len) { body; t += step }` */
-const whileVectorsLeft = (step: number, body: Array<number>) => [
+/** `while (counter + step <= limit) { body; counter += step }`, over locals. */
+const whileRoomFor = (counter: number, step: number, limit: number, body: Array<number>) => [
   BLOCK, VOID,
   LOOP, VOID,
-  GET, T, ...i32(step), I32_ADD, GET, LEN, I32_GT_U, BR_IF, 1,
+  GET, counter, ...i32(step), I32_ADD, GET, limit, I32_GT_U, BR_IF, 1,
   ...body,
-  GET, T, ...i32(step), I32_ADD, SET, T,
+  GET, counter, ...i32(step), I32_ADD, SET, counter,
   BR, 0,
   END,
   END
 ]
+/** `while (t + step <= len) { body; t += step }` */
+const whileVectorsLeft = (step: number, body: Array<number>) => whileRoomFor(T, step, LEN, body)
 
 /**
  * out[r] = Σ_t a[t]·row_r[t]: one query against `rows` keys, or one row of x against the rows of
  * a matrix stored [out, in] (gemmKernel.ts `heapDotRowsInto`). Four vectors per pass into four
- * accumulators, then the rest one by one: one row's product over the rows of a 0.6 GB head
- * streams at ~21 GB/s here this way (one accumulator: ~18; `axpy_rows` over [in, out]: ~15).
+ * accumulators, then the rest one by one: one row's product over Qwen3-0.6B's matrices stored so
+ * streamed at ~21 GB/s here (eight per pass: ~18; `axpy_rows` over [in, out]: ~16, same process).
  */
 export const dotRowsBody = [
   ...vec([[3, I32], [DOT_UNROLL, V128]]),
@@ -93,17 +96,7 @@ const addRowsToOut = (rows: number) => [
   END
 ]
 /** `while (r + n <= rows) { body; row += n·stride; r += n }` */
-const whileRowsLeft = (n: number, body: Array<number>) => [
-  BLOCK, VOID,
-  LOOP, VOID,
-  GET, R, ...i32(n), I32_ADD, GET, ROWS, I32_GT_U, BR_IF, 1,
-  ...body,
-  GET, ROW, GET, STRIDE, ...i32(n), I32_MUL, I32_ADD, SET, ROW,
-  GET, R, ...i32(n), I32_ADD, SET, R,
-  BR, 0,
-  END,
-  END
-]
+const whileRowsLeft = (n: number, body: Array<number>) => whileRoomFor(R, n, ROWS, [...body, GET, ROW, GET, STRIDE, ...i32(n), I32_MUL, I32_ADD, SET, ROW])
 
 /**
  * out[t] = Σ_r a[r]·row_r[t]: probabilities against `rows` values, or one row of x against the
