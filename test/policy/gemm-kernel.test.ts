@@ -112,9 +112,10 @@ describe("heapDotRowsInto: x·wᵀ over w stored [out, in]", () => {
     expect(values.slice(0, 3)).toEqual([7, 7, 7]) // the rest of out left as it was
     expect(values[9]).toBe(7)
     values.slice(3, 9).forEach((v, j) => expect(Math.abs(v - want[j]!)).toBeLessThan(1e-4))
-    expect(() => heapDotRowsInto(x, tf.zeros([6, 15]) as tf.Tensor2D, out)).toThrow(/heapDotRows: shapes \[1,16\] and \[6,15\] do not multiply/)
+    const narrow = tf.zeros([6, 15]) as tf.Tensor2D
+    expect(() => heapDotRowsInto(x, narrow, out)).toThrow(/heapDotRows: shapes \[1,16\] and \[6,15\] do not multiply/)
     expect(() => heapDotRowsInto(x, w, out, 5)).toThrow(/do not multiply into \[1,10\] at column 5/)
-    tf.dispose([x, w, out])
+    tf.dispose([x, w, out, narrow])
   })
 })
 
