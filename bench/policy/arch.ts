@@ -22,9 +22,10 @@
  *                  (CPU), at each thread count; same bandwidth bound as decode, 1
  *
  * Before any weight is written the production check (`readModelConfig` + `wasmMisfit`, as the
- * device runs it) decides whether the model fits the wasm heap, for serving alone (products in
- * place where XNNPACK's packed copies would not fit: gemmKernel.ts) and for LoRA training; rows
- * of what does not fit are reported as not fitting, and the llama.cpp anchor runs regardless.
+ * device runs it) decides whether the model fits the wasm heap, for serving alone and for LoRA
+ * training; rows of what does not fit are reported as not fitting, and the llama.cpp anchor runs
+ * regardless. A model whose packed copies would not fit is multiplied in place, its matrices
+ * [out, in] as stored (matrixLayout.ts, gemmKernel.ts).
  */
 import {
   ChatTemplate,
@@ -257,7 +258,7 @@ const report = (r: {
       `${arch.title} (${arch.hfConfig["architectures"]}): ${(r.need.parameters / 1e6).toFixed(1)}M parameters, vocab ${c.vocabSize}, ${c.nLayers} layers, random weights in F32; context cut to ${s.context} for the bench. Backend ${r.backend}${r.backend === "wasm" ? " (single-threaded)" : ""}.`,
       ...(r.misfit === undefined ? [] : [`Not run on wasm — the production check says: ${r.misfit}.`]),
       ...(r.misfit !== undefined || r.trainMisfit === undefined ? [] : [`LoRA training not run on wasm — the production check says: ${r.trainMisfit}.`]),
-      ...(wasm === undefined ? [] : [`Decoder products: ${wasm.gen.gemm === "heap" ? `in place on the wasm heap (gemmKernel.ts: XNNPACK's packed copies of the weights would not fit)${c.tieEmbeddings ? "; one sequence's logits row by row over the tied embedding table [vocab, d]" : ""}` : `${wasm.gen.gemm} (tfjs's matmul)`}.`]),
+      ...(wasm === undefined ? [] : [`Decoder products: ${wasm.gen.gemm === "heap" ? `in place on the wasm heap over the matrices as the model holds them, [out, in] (gemmKernel.ts: XNNPACK's packed copies of the weights would not fit)${c.tieEmbeddings ? "; the tied head is the embedding table [vocab, d] itself" : ""}` : `${wasm.gen.gemm} (tfjs's matmul)`}.`]),
       `Bounds, measured in this run: read bandwidth ${gbps.toFixed(1)} GB/s (the best of ${Object.entries(r.bandwidth.probes).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(", ")})${wasm === undefined ? "" : `; file read ${wasm.readGbps.toFixed(1)} GB/s into touched memory and first touch of fresh memory ${wasm.touchGbps.toFixed(2)} GB/s (the best of ${wasm.touchSamples.map((g) => g.toFixed(2)).join(", ")}; the load bound: the file's bytes read once into fresh memory); tfjs matmul at the model's shapes ${wasm.rates.prefill.gflops.toFixed(1)} GFLOP/s (prefill rows), ${wasm.rates.batch.gflops.toFixed(1)} (${BATCH} rows), ${wasm.rates.train.gflops.toFixed(1)} (training rows)`}.`,
       `Decode bound, 1 sequence: bandwidth / ${((weightBytes(c) + kvBytes(c, ctx1)) / 1e6).toFixed(0)} MB read per token (the F32 weights, and the KV cache at mean context ${ctx1}). Decode bound, ${BATCH} sequences: matmul rate / forwardFlops per token; bandwidth alone would allow ${bandwidthBound(c, gbps, BATCH, ctx16).toFixed(0)} tok/s.`,
       ...(wasm?.train === undefined ? [] : [`LoRA train step (rank ${LORA.rank}, alpha ${LORA.alpha}, all seven projections): ${s.trainRows} row(s) × ${s.trainSeq} tokens in ${wasm.train.microBatches} micro-batch(es) of at most ${wasm.train.microBatchTokens} tokens (the device's fit for this heap), median of ${s.trainSteps} step(s) after a warm-up; base products ${wasm.train.products === "heap" ? "in place (gemmKernel.ts), the head fused with the log-softmax (headLogprobs.ts)" : "tfjs's matmul"}; ${(loraTrainFlops(c, trainTokens, s.trainSeq) / trainTokens / 1e6).toFixed(0)} MFLOP per token counted as computed with the base frozen: 2 × forward (the forward and every product's input gradient; no weight gradient for a frozen weight), plus attention's backward (one more forward's attention) and 3 × the adapters' forward.`]),

@@ -87,7 +87,6 @@ describe("the per-token estimate with LoRA, the base multiplied in place and the
       const lora = new LoraConfig({ rank: 8, alpha: 16 })
       model.attachLora(lora, initAdapters(config, lora, 1))
       model.products = "heap"
-      model.headWeight() // the kept transpose of the tied head is the weights' (memoryNeed's inPlaceServingBytes), not the batch's
       const sequences = Array.from({ length: 2 }, (_, r) => ({
         tokens: Int32Array.from({ length: 257 }, (_, i) => (i * 7 + r) % config.vocabSize),
         weights: new Float32Array(257).fill(1e-3)

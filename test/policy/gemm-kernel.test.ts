@@ -2,11 +2,11 @@
  * The in-place product (gemmKernel.ts) on the wasm backend: held to tfjs's own matmul over
  * shapes that reach every path (4-row tiles, left-over rows, a shared dimension across several
  * blocks, columns beyond the last 8-column panel; matrices side by side in one output), its
- * row-by-row form over a matrix stored [out, in] likewise, and the fast decoder with `gemm: "heap"`
- * (whose tied head takes the row-by-row form) held to the same decoder with tfjs's matmul, on the
- * Llama family's variants.
+ * form over a matrix stored [out, in] (`heapGemmNtInto`: tiles, row and shared-dimension blocks,
+ * single rows) likewise, and the fast decoder with `gemm: "heap"` held to the same decoder with
+ * tfjs's matmul, on the Llama family's variants.
  */
-import { DecodeWeights, heapDotRowsInto, heapGemm, heapGemmAvailable, heapGemmInto, Transformer } from "@reins/policy"
+import { DecodeWeights, heapGemm, heapGemmAvailable, heapGemmInto, heapGemmNt, heapGemmNtInto, Transformer } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { beforeAll, describe, expect, it } from "vitest"
 import { backend, prefillThenStep, tinyConfig, variantConfig } from "./model-fixtures.js"
@@ -86,35 +86,43 @@ describe("heapGemmInto at a column", () => {
   })
 })
 
-describe("heapDotRowsInto: x·wᵀ over w stored [out, in]", () => {
+describe("heapGemmNtInto: x·wᵀ over w stored [out, in]", () => {
   it.each([
-    [1, 64, 5], // one row, four whole passes of four vectors per row of w
+    [1, 64, 5], // one row (decoding one sequence): dot_rows, four whole passes of four vectors per row of w
     [1, 52, 9], // 3 passes and a vector left over
-    [3, 8, 4], // rows of x, each its own pass over w
-    [2, 6, 3] // a shared dimension of no whole vectors: the JS loop
+    [3, 8, 4], // rows of x too few for a tile, each its own pass over w
+    [2, 6, 3], // a shared dimension of no whole vectors: the JS loop
+    [4, 8, 2], // one tile of 4 rows by 2 of w
+    [7, 12, 5], // a tile and 3 single rows; a last row of w past the pairs
+    [70, 600, 10], // two blocks of rows (64 + 4, then 2 single rows), two blocks of the shared dimension
+    [130, 1040, 33] // three row blocks, three blocks of the shared dimension, an odd count of w's rows
   ])("x[%i, %i]·w[%i, ..]ᵀ matches tf.matMul, and overwrites a kept output", (rows, k, cols) => {
     const x = tf.randomNormal([rows, k], 0, 1, "float32", rows * 5 + k) as tf.Tensor2D
     const w = tf.randomNormal([cols, k], 0, 1, "float32", cols * 13 + k) as tf.Tensor2D
     const out = tf.fill([rows, cols], 1e6) as tf.Tensor2D
-    heapDotRowsInto(x, w, out)
+    heapGemmNtInto(x, w, out)
     const want = tf.matMul(x, w, false, true)
     expect(worstRelative(out, want)).toBeLessThan(1e-5)
-    tf.dispose([x, w, out, want])
+    const fresh = heapGemmNt(x, w)
+    expect(Array.from(fresh.dataSync())).toEqual(Array.from(out.dataSync()))
+    tf.dispose([x, w, out, want, fresh])
   })
 
-  it("writes at a column of a wider output, and refuses shapes that do not multiply, naming them", () => {
-    const x = tf.randomNormal([1, 16], 0, 1, "float32", 8) as tf.Tensor2D
+  it.each([1, 6])("%i row(s): writes at a column of a wider output, and refuses shapes that do not multiply, naming them", (rows) => {
+    const x = tf.randomNormal([rows, 16], 0, 1, "float32", 8) as tf.Tensor2D
     const w = tf.randomNormal([6, 16], 0, 1, "float32", 9) as tf.Tensor2D
-    const out = tf.fill([1, 10], 7) as tf.Tensor2D
-    heapDotRowsInto(x, w, out, 3)
+    const out = tf.fill([rows, 10], 7) as tf.Tensor2D
+    heapGemmNtInto(x, w, out, 3)
     const values = Array.from(out.dataSync())
     const want = Array.from(tf.matMul(x, w, false, true).dataSync())
-    expect(values.slice(0, 3)).toEqual([7, 7, 7]) // the rest of out left as it was
-    expect(values[9]).toBe(7)
-    values.slice(3, 9).forEach((v, j) => expect(Math.abs(v - want[j]!)).toBeLessThan(1e-4))
+    for (let i = 0; i < rows; i++) {
+      const row = values.slice(i * 10, i * 10 + 10)
+      expect([...row.slice(0, 3), row[9]]).toEqual([7, 7, 7, 7]) // the rest of out left as it was
+      row.slice(3, 9).forEach((v, j) => expect(Math.abs(v - want[i * 6 + j]!)).toBeLessThan(1e-4))
+    }
     const narrow = tf.zeros([6, 15]) as tf.Tensor2D
-    expect(() => heapDotRowsInto(x, narrow, out)).toThrow(/heapDotRows: shapes \[1,16\] and \[6,15\] do not multiply/)
-    expect(() => heapDotRowsInto(x, w, out, 5)).toThrow(/do not multiply into \[1,10\] at column 5/)
+    expect(() => heapGemmNtInto(x, narrow, out)).toThrow(/heapGemmNt: shapes \[\d,16\] and \[6,15\] do not multiply/)
+    expect(() => heapGemmNtInto(x, w, out, 5)).toThrow(/do not multiply into \[\d,10\] at column 5/)
     tf.dispose([x, w, out, narrow])
   })
 })

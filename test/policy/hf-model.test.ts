@@ -4,10 +4,14 @@
  * [out, in] matrices, BF16 / F16 / F32, single file or shards), loaded by reins and run through
  * both forward passes — the training forward (Transformer) and the engine's decoder
  * (FastDecoder) — against a float64 reference written from the transformers definitions
- * (reference/llamaFamily.ts), to 1e-4 relative. Then the bad inputs: each a clear error naming
- * the file or key.
+ * (reference/llamaFamily.ts), to 1e-4 relative — and again loaded as a model multiplied in place
+ * holds it (matrices [out, in] as in the file, no transpose). Then the bad inputs: each a clear
+ * error naming the file or key.
  */
-import { bf16ToF32, decodeHfConfig, DecodeWeights, f16ToF32, f32ToBf16, f32ToF16, FastDecoder, HfConfigError, Transformer } from "@reins/policy"
+import {
+  bf16ToF32, decodeHfConfig, DecodeWeights, f16ToF32, f32ToBf16, f32ToF16, FastDecoder, HfConfigError, readHfParameters, storedShapes, Transformer, type WeightSink
+} from "@reins/policy"
+import * as tf from "@tensorflow/tfjs"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -17,6 +21,9 @@ import { CASES, hfTensors, IDS, load, relError, writeCheckpoint } from "./hf-fix
 import { referenceForward, type RefTensors } from "./reference/llamaFamily.js"
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "reins-hf-"))
+
+/** Each parameter into a Float32Array of the shape asked for. */
+const arrays: WeightSink<Float32Array> = { alloc: (_, shape) => new Float32Array(shape.reduce((a, b) => a * b, 1)), values: (a) => a, dispose: () => {} }
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }))
 
 describe("Hugging Face checkpoints of the Llama family", () => {
@@ -34,22 +41,31 @@ describe("Hugging Face checkpoints of the Llama family", () => {
       // A wrong reference (or a model that ignores its weights) would not be this far from noise.
       expect(Math.max(...ref.flat().map(Math.abs))).toBeGreaterThan(0.05)
 
-      const model = Transformer.fromWeights(hf.config, weights)
-      try {
-        const ids = Int32Array.from(IDS)
-        expect(relError(referenceLogits(model, ids), ref)).toBeLessThan(1e-4)
+      // As tfjs's matmul wants them ([in, out]), and as the in-place products do ([out, in], read from the file as stored).
+      const held = await readHfParameters(dir, hf.config, arrays, "outIn")
+      const shapes = storedShapes(hf.config, "outIn")
+      const heldTensors = new Map(Object.entries(held).map(([name, v]) => [name, tf.tensor(v, [...shapes[name]!]) as tf.Tensor]))
+      for (const model of [Transformer.fromWeights(hf.config, weights, "tfjs"), Transformer.fromTensors(hf.config, heldTensors, "heap")]) {
+        try {
+          const ids = Int32Array.from(IDS)
+          expect(relError(referenceLogits(model, ids), ref), model.products).toBeLessThan(1e-4)
 
-        // The engine's decoder: a prefill of 6 tokens, then one token at a time.
-        const snapshot = DecodeWeights.fromModel(model)
-        const fast = new FastDecoder(snapshot)
-        const cache = fast.newCache(32)
-        const rows: Array<number> = [...fast.forward([{ cache, ids: ids.subarray(0, 6) }], "all")]
-        for (let t = 6; t < ids.length; t++) rows.push(...fast.forward([{ cache, ids: ids.subarray(t, t + 1) }], "last"))
-        expect(relError(rows, ref)).toBeLessThan(1e-4)
-        fast.freeCache(cache)
-        snapshot.dispose()
-      } finally {
-        model.dispose()
+          // The engine's decoder: a prefill of 6 tokens, then one token at a time.
+          const snapshot = DecodeWeights.fromModel(model)
+          expect(snapshot.gemm).toBe(model.products)
+          const fast = new FastDecoder(snapshot)
+          const cache = fast.newCache(32)
+          const rows: Array<number> = [...fast.forward([{ cache, ids: ids.subarray(0, 6) }], "all")]
+          for (let t = 6; t < ids.length; t++) rows.push(...fast.forward([{ cache, ids: ids.subarray(t, t + 1) }], "last"))
+          expect(relError(rows, ref), model.products).toBeLessThan(1e-4)
+          fast.freeCache(cache)
+          snapshot.dispose()
+          // Whatever the layout held, the weights read back [in, out], as the file's values.
+          const back = model.readWeights()
+          for (const name of Object.keys(weights)) expect(Array.from(back[name]!), name).toEqual(Array.from(weights[name]!))
+        } finally {
+          model.dispose()
+        }
       }
     })
   }

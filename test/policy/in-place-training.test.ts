@@ -82,7 +82,7 @@ describe("LoRA training with the base multiplied in place", () => {
       }
       const before = tf.memory().numTensors
       const [lpHeap, entHeap] = score(heap)
-      expect(tf.memory().numTensors).toBe(before + 1) // only the head's kept transpose stays (of the embedding, or of lm_head)
+      expect(tf.memory().numTensors).toBe(before) // nothing stays: the head is the embedding (or lm_head) as held, [vocab, d]
       const [lpTfjs, entTfjs] = score(tfjs)
       expect(relative(lpHeap, lpTfjs)).toBeLessThan(1e-5)
       expect(relative(entHeap, entTfjs)).toBeLessThan(1e-5)
@@ -124,29 +124,58 @@ describe("LoRA training with the base multiplied in place", () => {
     const run = (model: Transformer, gemm: "tfjs" | "heap") => {
       const buffers = tf.memory().numDataBuffers
       const weights = DecodeWeights.fromModel(model, { gemm })
-      // In place, the snapshot shares the variables' memory (and the kept head transpose): no new buffer on the device.
+      // In place, the snapshot shares the variables' memory ([out, in] as the model holds them; a tied head is the embedding): no new buffer on the device.
       if (gemm === "heap") {
         expect(tf.memory().numDataBuffers).toBe(buffers)
         expect(weights.layers[1]!.qkv.parts!.map((t) => t.dataId)).toEqual(["wq", "wk", "wv"].map((m) => model.param(`layers.1.attn.${m}`).dataId))
-        expect(weights.head.parts![0]!.dataId).toBe(model.headWeight().dataId)
+        expect(weights.layers[1]!.qkv.parts!.map((t) => t.shape)).toEqual([[config.qDim, config.dModel], [config.kvDim, config.dModel], [config.kvDim, config.dModel]])
+        expect(weights.head.parts![0]!.dataId).toBe(model.param(config.tieEmbeddings ? "tok_embeddings.weight" : "lm_head.weight").dataId)
       }
       return prefillThenStep(weights, ids) // a 10-token prefill (4-row tiles and left-over rows), then one row (kept tensors)
     }
     try {
-      heap.headWeight() // the model's kept transpose of a tied head exists before the snapshot is measured
       const want = run(tfjs, "tfjs")
       const got = run(heap, "heap")
       expect(got.length).toBe(want.length)
       expect(maxAbsDiff(got, want)).toBeLessThan(1e-5)
       // And the adapters count: without them the logits differ.
       const plain = Transformer.init(config, 7)
-      plain.headWeight()
+      plain.products = "heap"
       const base = run(plain, "heap")
       plain.dispose()
       expect(maxAbsDiff(base, want)).toBeGreaterThan(1e-3)
     } finally {
       heap.dispose()
       tfjs.dispose()
+    }
+  })
+})
+
+describe("a model multiplied in place", () => {
+  it.each(CASES)("%s: holds its linear matrices [out, in], reads and writes them [in, out], and trains adapters only", (_name, config) => {
+    const model = Transformer.init(config, 11)
+    try {
+      const weights = model.readWeights()
+      model.products = "heap"
+      expect(model.param("layers.0.attn.wq").shape).toEqual([config.qDim, config.dModel])
+      expect(model.param("layers.0.mlp.w2").shape).toEqual([config.dModel, config.dFf])
+      expect(model.param("tok_embeddings.weight").shape).toEqual([VOCAB, config.dModel]) // the embedding is no linear layer
+      const back = model.readWeights()
+      for (const name of Object.keys(weights)) expect(Array.from(back[name]!), name).toEqual(Array.from(weights[name]!))
+      // setWeights takes [in, out] too; switching back to tfjs's matmul restores its layout.
+      const doubled = Object.fromEntries(Object.entries(weights).map(([name, v]) => [name, v.map((x) => 2 * x)]))
+      model.setWeights(doubled)
+      model.products = "tfjs"
+      expect(model.param("layers.0.attn.wq").shape).toEqual([config.dModel, config.qDim])
+      const again = model.readWeights()
+      for (const name of Object.keys(weights)) expect(Array.from(again[name]!), name).toEqual(Array.from(doubled[name]!))
+      // Without adapters there is nothing it may train: said at once, not as a missing gradient later.
+      model.products = "heap"
+      expect(() => model.trainable).toThrow(/multiplied in place .* trains LoRA adapters only; attach adapters first/)
+      model.attachLora(LORA, initAdapters(config, LORA, 1))
+      expect([...model.trainable.keys()].every((name) => name.includes("lora_"))).toBe(true)
+    } finally {
+      model.dispose()
     }
   })
 })

@@ -25,6 +25,7 @@ import { ChatTemplate } from "../chat/ChatTemplate.js"
 import type { PromptTemplate } from "../chat/PromptTemplate.js"
 import { loadPromptTemplate, savePromptTemplate } from "../chat/PromptTemplateFiles.js"
 import { type ModelConfig, parameterShapes } from "../model/config.js"
+import { defaultProducts, layoutOf, type MatrixLayout } from "../model/matrixLayout.js"
 import { Transformer } from "../model/transformer.js"
 import { checkWeights, type Weights } from "../model/weights.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
@@ -168,7 +169,7 @@ const heapSink: WeightSink<tf.Tensor> = {
  * Reads and checks everything but the weights first, then the weights through `sink` — last,
  * so that nothing can fail once they are in memory.
  */
-const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>): Effect.Effect<ModelDirOf<T>, CheckpointError> =>
+const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>, layout: (config: ModelConfig) => MatrixLayout = () => "inOut"): Effect.Effect<ModelDirOf<T>, CheckpointError> =>
   Effect.gen(function* () {
     const configFile = path.join(dir, CONFIG_FILE)
     const json = yield* readJson(configFile)
@@ -201,7 +202,7 @@ const loadFullModelDir = <T>(dir: string, sink: WeightSink<T>): Effect.Effect<Mo
       if (id >= config.vocabSize) return yield* fail(genFile, `eos_token_id ${id} is outside the vocabulary of ${config.vocabSize}`)
     }
     const weights = yield* Effect.tryPromise({
-      try: () => readHfParameters(dir, config, sink),
+      try: () => readHfParameters(dir, config, sink, layout(config)),
       // HfWeightsError names its file.
       catch: (e) => (e instanceof HfWeightsError ? inFile(e.file)(e) : fail(configFile, reason(e), e))
     })
@@ -259,13 +260,17 @@ export const saveModel = (
   })
 
 /**
- * Loads a model directory into a live model (the tfjs backend must be initialised). On wasm a
- * full model directory's weights go straight from the file into the model's tensors.
+ * Loads a model directory into a live model (the tfjs backend must be initialised), multiplying
+ * as `defaultProducts` says. On wasm a full model directory's weights go straight from the file
+ * into the model's tensors — for a model multiplied in place in the file's own [out, in] layout,
+ * so without a transpose.
  */
 export const loadModel = (dir: string): Effect.Effect<Omit<ModelDir, "weights"> & { readonly model: Transformer }, CheckpointError> =>
   Effect.suspend(() =>
     isWasm() && !isAdapterDir(dir)
-      ? loadFullModelDir(dir, heapSink).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromTensors(rest.config, new Map(Object.entries(weights))) })))
+      ? loadFullModelDir(dir, heapSink, (config) => layoutOf(defaultProducts(config))).pipe(
+          Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromTensors(rest.config, new Map(Object.entries(weights)), defaultProducts(rest.config)) }))
+        )
       : loadModelDir(dir).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) })))
   )
 

@@ -100,9 +100,10 @@ export const readCheckpointDir = (
 /** The model's weights as they go on the wire (with LoRA: merged, as a server decodes them). */
 export const weightsMessage = (model: Transformer, version: number): DeviceWeights => {
   const weights = model.servingWeights()
+  const shapes = parameterShapes(model.config) // [in, out], whatever layout the model holds its matrices in
   return new DeviceWeights({
     version,
-    tensors: [...model.params].map(([name, v]) => new WeightTensor({ name, shape: [...v.shape], data: weights[name]! }))
+    tensors: Object.entries(shapes).map(([name, shape]) => new WeightTensor({ name, shape: [...shape], data: weights[name]! }))
   })
 }
 
@@ -110,17 +111,19 @@ export const weightsMessage = (model: Transformer, version: number): DeviceWeigh
 export const checkWeightsMessage = (model: Transformer, message: DeviceWeights): Weights => {
   const fail = (m: string) => new DeviceError({ message: `SetWeights: ${m}` })
   const weights: Weights = {}
+  const shapes = parameterShapes(model.config)
   for (const t of message.tensors) {
-    const param = model.params.get(t.name)
-    if (param === undefined) throw fail(`unknown tensor ${t.name} (the model has ${[...model.params.keys()].slice(0, 4).join(", ")}, …)`)
+    const shape = shapes[t.name]
+    if (shape === undefined) throw fail(`unknown tensor ${t.name} (the model has ${Object.keys(shapes).slice(0, 4).join(", ")}, …)`)
     if (t.name in weights) throw fail(`tensor ${t.name} is sent twice`)
-    if (t.shape.join(",") !== param.shape.join(",")) throw fail(`tensor ${t.name} has shape [${t.shape.join(", ")}], the model needs [${param.shape.join(", ")}]`)
-    if (t.data.length !== param.size) throw fail(`tensor ${t.name} has ${t.data.length} values for shape [${t.shape.join(", ")}] (${param.size})`)
+    if (t.shape.join(",") !== shape.join(",")) throw fail(`tensor ${t.name} has shape [${t.shape.join(", ")}], the model needs [${shape.join(", ")}]`)
+    const size = shape.reduce((a, b) => a * b, 1)
+    if (t.data.length !== size) throw fail(`tensor ${t.name} has ${t.data.length} values for shape [${t.shape.join(", ")}] (${size})`)
     for (let i = 0; i < t.data.length; i++) {
       if (!Number.isFinite(t.data[i]!)) throw fail(`tensor ${t.name} has a non-finite value (${t.data[i]}) at ${i}`)
     }
     weights[t.name] = t.data
   }
-  for (const name of model.params.keys()) if (!(name in weights)) throw fail(`tensor ${name} is missing`)
+  for (const name of Object.keys(shapes)) if (!(name in weights)) throw fail(`tensor ${name} is missing`)
   return weights
 }

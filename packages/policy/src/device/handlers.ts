@@ -14,7 +14,7 @@ import { existsSync } from "node:fs"
 import path from "node:path"
 import { initBackend } from "../backend.js"
 import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
-import { loadModelDir, type ModelDir, readModelConfig } from "../checkpoint/modelDir.js"
+import { loadModel, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
 import { defaultDecoder, makeEngine } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
@@ -48,10 +48,16 @@ const webgpuRefusal = (config: ModelConfig): string | undefined => {
   return unsupported === undefined ? undefined : `the WebGPU decoder cannot run this model (${unsupported}); serve it on the wasm backend (REINS_BACKEND=wasm)`
 }
 
-const loadPolicy = (options: DeviceOptions): Effect.Effect<ModelDir, DeviceError> =>
-  (options.createDefault ? ensureDefaultPolicy(options.modelDir) : loadModelDir(options.modelDir)).pipe(
-    Effect.mapError(deviceError)
-  )
+/**
+ * The device's model: read from its directory straight into the backend's memory (checkpoint/
+ * modelDir.ts `loadModel`: no copy of the weights in JS first), or the default policy, written
+ * first where none is.
+ */
+const loadPolicy = (options: DeviceOptions, written: boolean) =>
+  (written
+    ? loadModel(options.modelDir)
+    : ensureDefaultPolicy(options.modelDir).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) })))
+  ).pipe(Effect.mapError(deviceError))
 
 /** The device's handlers: loads the model, starts the engine, serves it until the scope closes. */
 export const deviceHandlers = (options: DeviceOptions) =>
@@ -77,9 +83,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
     // Before any weight is read; a default policy not yet written is checked once it is.
     const written = !options.createDefault || existsSync(path.join(options.modelDir, "config.json"))
     if (written) yield* refuse(yield* readModelConfig(options.modelDir).pipe(Effect.mapError(deviceError)))
-    const policy = yield* loadPolicy(options)
+    const policy = yield* loadPolicy(options, written)
+    const model = policy.model
+    yield* Effect.addFinalizer(() => Effect.sync(() => model.dispose()))
     if (!written) yield* refuse(policy.config)
-    const model = Transformer.fromWeights(policy.config, policy.weights)
     /** A serving-only device whose model would not fit for the training pass: Train and Score fail with this. */
     const trainingRefusal = options.serveOnly === true && backend === "wasm" ? wasmMisfit(policy.config, { lora: options.lora !== undefined, heapBytes: memory.bytes }) : undefined
     const refuseTraining = (what: string) =>

@@ -13,6 +13,20 @@ import { transposeInto } from "./transpose.js"
 const scratch = new Scratch()
 const pool = new BufferPool()
 
+/** Index, within its row, of the first token of each token's sequence. */
+export const segmentStarts = (rows: number, seqLen: number, segments: Int32Array): Int32Array => {
+  const start = new Int32Array(rows * seqLen)
+  for (let b = 0; b < rows; b++) {
+    let s = 0
+    for (let t = 0; t < seqLen; t++) {
+      const n = b * seqLen + t
+      if (t > 0 && segments[n] !== segments[n - 1]) s = t
+      start[n] = s
+    }
+  }
+  return start
+}
+
 /**
  * Where a batch's tokens sit: `rows` rows of `seqLen` tokens (N = rows·seqLen), each row holding
  * one or more sequences end to end. Token n attends to tokens `segStart[n]`..n of its own row

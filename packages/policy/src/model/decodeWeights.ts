@@ -6,14 +6,15 @@
  * version it announced.
  *
  * With in-place products ("heap": models whose weights barely fit the wasm heap) a snapshot adds
- * nothing the size of a weight: q, k and v stay three matrices side by side (no fused copy), the
- * head is the model's own kept transpose (and, tied, the embedding table as well: one row's
- * logits read that faster), and LoRA adapters stay unmerged — each adapted
+ * nothing the size of a weight: the matrices are the model's own, [out, in] as it holds them;
+ * q, k and v stay three matrices side by side (no fused copy), a tied head is the embedding
+ * table itself, and LoRA adapters stay unmerged — each adapted
  * product adds scale·(x·A)·B, a rank-r correction (~1% of the product's work at rank 8),
  * instead of a merged copy of every adapted matrix.
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
+import type { MatrixLayout } from "./matrixLayout.js"
 import { multipliesInPlace } from "./gemmKernel.js"
 import { isWasm, upload, view } from "./heap.js"
 import { transpose2d } from "./matmul.js"
@@ -59,14 +60,13 @@ export const addLowRank = (x: Float32Array, R: number, n: number, u: LowRank, ou
   }
 }
 
-/** A dense [in, out] matrix in the form its Gemm wants. */
+/** A dense matrix of `x·W` (W [in, out]) in the form its Gemm wants. */
 export interface Matrix {
   readonly rows: number // in
   readonly cols: number // out
   readonly tensor?: tf.Tensor2D // "tfjs": [in, out] on the device
-  readonly parts?: ReadonlyArray<tf.Tensor2D> // "heap": [in, out_i] side by side, sharing the model's memory
+  readonly parts?: ReadonlyArray<tf.Tensor2D> // "heap": [out_i, in], their outputs side by side, sharing the model's memory
   readonly lowRank?: ReadonlyArray<LowRank> // "heap": LoRA adapters, unmerged
-  readonly outIn?: tf.Tensor2D // "heap": the same matrix as [out, in] where the model holds it so (a tied head), for one row's product
   readonly transposed?: Float32Array // "js": [out, in]
 }
 
@@ -106,7 +106,8 @@ export class DecodeWeights {
    */
   static fromModel(model: Transformer, options: { readonly version?: number; readonly gemm?: GemmKind } = {}): DecodeWeights {
     const version = options.version ?? model.version
-    const gemm = options.gemm ?? defaultGemm(model.config)
+    const gemm = options.gemm ?? (model.products === "heap" ? "heap" : defaultGemm(model.config))
+    const layout = model.products === "heap" ? "outIn" : "inOut"
     const lora = model.lora
     if (gemm === "heap" && lora !== undefined) {
       const adapters = model.readAdapters()
@@ -115,11 +116,13 @@ export class DecodeWeights {
         const b = adapters[`${name}.lora_B`]
         return a === undefined || b === undefined ? undefined : { column: 0, rank: lora.rank, a, b, scale: lora.scale }
       }
-      return DecodeWeights.build(model.config, (name) => model.params.get(name), version, gemm, model.headWeight(), lowRank)
+      return DecodeWeights.build(model.config, (name) => model.params.get(name), layout, version, gemm, undefined, lowRank)
     }
     const merged = model.mergedTensors()
     try {
-      return DecodeWeights.build(model.config, (name) => merged.get(name) ?? model.params.get(name), version, gemm, model.headWeight())
+      // A model multiplied with tfjs keeps its tied head's transpose: the snapshot shares it.
+      const head = layout === "inOut" && gemm !== "heap" ? model.headWeight() : undefined
+      return DecodeWeights.build(model.config, (name) => merged.get(name) ?? model.params.get(name), layout, version, gemm, head)
     } finally {
       tf.dispose([...merged.values()])
     }
@@ -131,19 +134,21 @@ export class DecodeWeights {
     const shapes = parameterShapes(config)
     const tensors = new Map(Object.keys(shapes).map((name) => [name, upload(weights[name]!, shapes[name]!)] as const))
     try {
-      return DecodeWeights.build(config, (name) => tensors.get(name), version, options.gemm)
+      return DecodeWeights.build(config, (name) => tensors.get(name), "inOut", version, options.gemm)
     } finally {
       tf.dispose([...tensors.values()])
     }
   }
 
   /**
-   * `head`: the head as [d, vocab] when the caller has it (a model keeps its tied embedding's
-   * transpose); `lowRank`: a matrix's unmerged LoRA update, by parameter name ("heap" only).
+   * `get`: the parameters, each linear matrix in `layout`; `head`: the head as [d, vocab] when
+   * the caller has it (a model keeps its tied embedding's transpose); `lowRank`: a matrix's
+   * unmerged LoRA update, by parameter name ("heap" only).
    */
   private static build(
     config: ModelConfig,
     get: (name: string) => tf.Tensor | undefined,
+    layout: MatrixLayout,
     version: number,
     gemmKind: GemmKind | undefined,
     head?: tf.Tensor2D,
@@ -156,64 +161,82 @@ export class DecodeWeights {
       if (t === undefined) throw new Error(`no parameter ${name}`)
       return t as tf.Tensor2D
     }
-    // One copy out of the wasm heap (dataSync would copy, and a Float32Array of that copy again).
-    const values = (name: string) => (isWasm() ? view(p(name)).slice() : new Float32Array(p(name).dataSync() as Float32Array))
-    const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
-    // "heap": matrices side by side, by name, each with its LoRA update if any.
-    const sideBySide = (names: ReadonlyArray<string>): Matrix => {
-      const parts = names.map((name) => tf.keep(tf.clone(p(name)))) // sharing the variables' memory
-      const updates: Array<LowRank> = []
-      let column = 0
-      names.forEach((name, i) => {
-        const u = lowRank?.(name)
-        if (u !== undefined) updates.push({ ...u, column })
-        column += parts[i]!.shape[1]
+    const transposes: Array<tf.Tensor> = [] // of matrices held in the other layout, dropped at the end
+    /** Linear matrix `name` as [in, out] ("inOut") or [out, in]: the parameter itself, or a transpose of it. */
+    const held = (name: string, want: MatrixLayout): tf.Tensor2D => {
+      if (layout === want) return p(name)
+      const t = transpose2d(p(name))
+      transposes.push(t)
+      return t
+    }
+    try {
+      // One copy out of the wasm heap (dataSync would copy, and a Float32Array of that copy again).
+      const values = (name: string) => (isWasm() ? view(p(name)).slice() : new Float32Array(p(name).dataSync() as Float32Array))
+      const optional = (name: string) => (get(name) !== undefined ? values(name) : undefined)
+      // "heap": the matrices [out, in], their outputs side by side, each with its LoRA update if any.
+      const rowsOf = (names: ReadonlyArray<string>): Matrix => {
+        const parts = names.map((name) => tf.keep(tf.clone(held(name, "outIn")))) // sharing the variables' memory
+        const updates: Array<LowRank> = []
+        let column = 0
+        names.forEach((name, i) => {
+          const u = lowRank?.(name)
+          if (u !== undefined) updates.push({ ...u, column })
+          column += parts[i]!.shape[0]
+        })
+        return { rows: parts[0]!.shape[1], cols: column, parts, ...(updates.length > 0 ? { lowRank: updates } : {}) }
+      }
+      /** An [in, out] matrix for tfjs's matmul (sharing t's memory) or the JS loop (transposed). */
+      const matrix = (t: tf.Tensor2D): Matrix => {
+        const [rows, cols] = t.shape
+        if (gemm !== "js") return { rows, cols, tensor: tf.keep(tf.clone(t)) }
+        const tt = transpose2d(t)
+        const transposed = new Float32Array(tt.dataSync() as Float32Array)
+        tt.dispose()
+        return { rows, cols, transposed }
+      }
+      const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
+        const n = (s: string) => `layers.${l}.${s}`
+        const weight = (s: string) => (gemm === "heap" ? rowsOf([n(s)]) : matrix(held(n(s), "inOut")))
+        let qkv: Matrix
+        if (gemm === "heap") qkv = rowsOf([n("attn.wq"), n("attn.wk"), n("attn.wv")])
+        else {
+          const fused = tf.concat([held(n("attn.wq"), "inOut"), held(n("attn.wk"), "inOut"), held(n("attn.wv"), "inOut")], 1)
+          qkv = matrix(fused)
+          fused.dispose()
+        }
+        const biases = ["attn.bq", "attn.bk", "attn.bv"].map((b) => optional(n(b)))
+        return {
+          attnNorm: values(n("attn_norm.weight")),
+          qkv,
+          qkvBias: biases.every((b) => b !== undefined) ? Float32Array.from([...biases[0]!, ...biases[1]!, ...biases[2]!]) : undefined,
+          qNorm: optional(n("attn.q_norm.weight")),
+          kNorm: optional(n("attn.k_norm.weight")),
+          wo: weight("attn.wo"),
+          woBias: optional(n("attn.bo")),
+          mlpNorm: values(n("mlp_norm.weight")),
+          w1: weight("mlp.w1"),
+          w3: weight("mlp.w3"),
+          w2: weight("mlp.w2")
+        }
       })
-      return { rows: parts[0]!.shape[0], cols: column, parts, ...(updates.length > 0 ? { lowRank: updates } : {}) }
+      let headMatrix: Matrix
+      if (gemm === "heap") {
+        // [vocab, d]: a tied head is the embedding table itself.
+        const rows = c.tieEmbeddings ? p("tok_embeddings.weight") : held("lm_head.weight", "outIn")
+        headMatrix = { rows: c.dModel, cols: c.vocabSize, parts: [tf.keep(tf.clone(rows))] }
+      } else if (head !== undefined) headMatrix = matrix(head)
+      else if (c.tieEmbeddings) {
+        const t = transpose2d(p("tok_embeddings.weight"))
+        transposes.push(t)
+        headMatrix = matrix(t)
+      } else headMatrix = matrix(held("lm_head.weight", "inOut"))
+      // On wasm the table stays on the device: copying 28M floats (a 49k vocabulary) out costs
+      // more than a snapshot's other work, and a lookup reads d floats of it per token.
+      const embeddings = gemm !== "js" && isWasm() ? tf.keep(tf.clone(p("tok_embeddings.weight"))) : values("tok_embeddings.weight")
+      return new DecodeWeights(c, version, gemm, embeddings, layers, values("norm.weight"), headMatrix)
+    } finally {
+      tf.dispose(transposes)
     }
-    const matrix = (t: tf.Tensor2D): Matrix => {
-      const [rows, cols] = t.shape
-      if (gemm === "heap") return { rows, cols, parts: [tf.keep(tf.clone(t))] }
-      if (gemm !== "js") return { rows, cols, tensor: tf.keep(tf.clone(t)) } // shares t's memory
-      const tt = transpose2d(t)
-      const transposed = new Float32Array(tt.dataSync() as Float32Array)
-      tt.dispose()
-      return { rows, cols, transposed }
-    }
-    const layers = Array.from({ length: c.nLayers }, (_, l): LayerWeights => {
-      const n = (s: string) => `layers.${l}.${s}`
-      const weight = (s: string) => (gemm === "heap" ? sideBySide([n(s)]) : matrix(p(n(s))))
-      let qkv: Matrix
-      if (gemm === "heap") qkv = sideBySide([n("attn.wq"), n("attn.wk"), n("attn.wv")])
-      else {
-        const fused = tf.concat([p(n("attn.wq")), p(n("attn.wk")), p(n("attn.wv"))], 1)
-        qkv = matrix(fused)
-        fused.dispose()
-      }
-      const biases = ["attn.bq", "attn.bk", "attn.bv"].map((b) => optional(n(b)))
-      return {
-        attnNorm: values(n("attn_norm.weight")),
-        qkv,
-        qkvBias: biases.every((b) => b !== undefined) ? Float32Array.from([...biases[0]!, ...biases[1]!, ...biases[2]!]) : undefined,
-        qNorm: optional(n("attn.q_norm.weight")),
-        kNorm: optional(n("attn.k_norm.weight")),
-        wo: weight("attn.wo"),
-        woBias: optional(n("attn.bo")),
-        mlpNorm: values(n("mlp_norm.weight")),
-        w1: weight("mlp.w1"),
-        w3: weight("mlp.w3"),
-        w2: weight("mlp.w2")
-      }
-    })
-    const headT = head ?? (c.tieEmbeddings ? transpose2d(p("tok_embeddings.weight")) : p("lm_head.weight"))
-    // A tied head is also the embedding table itself, [vocab, d]: one row's logits read it in order (gemmKernel.ts heapDotRowsInto).
-    const tiedRows = gemm === "heap" && c.tieEmbeddings ? { outIn: tf.keep(tf.clone(p("tok_embeddings.weight"))) as tf.Tensor2D } : {}
-    const headMatrix = { ...matrix(headT), ...tiedRows }
-    if (head === undefined && c.tieEmbeddings) headT.dispose()
-    // On wasm the table stays on the device: copying 28M floats (a 49k vocabulary) out costs
-    // more than a snapshot's other work, and a lookup reads d floats of it per token.
-    const embeddings = gemm !== "js" && isWasm() ? tf.keep(tf.clone(p("tok_embeddings.weight"))) : values("tok_embeddings.weight")
-    return new DecodeWeights(c, version, gemm, embeddings, layers, values("norm.weight"), headMatrix)
   }
 
   /** The embedding table's values, [vocab, d]; a view of the device's memory, valid until the next tfjs call that allocates. */
@@ -226,7 +249,6 @@ export class DecodeWeights {
     if (!(this.embeddingTable instanceof Float32Array)) this.embeddingTable.dispose()
     for (const m of [...this.layers.flatMap((l) => [l.qkv, l.wo, l.w1, l.w3, l.w2]), this.head]) {
       m.tensor?.dispose()
-      m.outIn?.dispose()
       tf.dispose([...(m.parts ?? [])])
     }
   }

@@ -7,8 +7,8 @@
  *   dense products   one rank-2 tfjs matmul per layer piece against weight tensors kept on the
  *                    device (on wasm: XNNPACK SIMD, its packed weights cached per tensor; ~15x a
  *                    JS loop); on wasm for a model whose packed copies would not fit, the same
- *                    product in place (`gemm: "heap"`, gemmKernel.ts; LoRA adapters unmerged,
- *                    added as a rank-r JS loop); or a JS dot-product loop
+ *                    product in place over the model's own [out, in] matrices (`gemm: "heap"`,
+ *                    gemmKernel.ts; LoRA adapters unmerged, added as a rank-r JS loop); or a JS dot-product loop
  *                    over transposed weights (`gemm: "js"`, used on the cpu backend)
  *   MLP, ≥ 4 rows    W2·(silu(W1·h) ⊙ W3·h) as one short chain of tfjs ops (vectorized sigmoid)
  *   attention        the SIMD wasm kernels of attentionKernel.ts, over caches in their memory
@@ -25,7 +25,7 @@
 import * as tf from "@tensorflow/tfjs"
 import type { ModelConfig } from "./config.js"
 import { addLowRank, type DecodeWeights, KvCache, type LayerWeights, type Matrix } from "./decodeWeights.js"
-import { HEAP_TILE_ROWS, heapDotRowsInto, heapGemmInto } from "./gemmKernel.js"
+import { heapGemmNtInto } from "./gemmKernel.js"
 import { isWasm, Scratch, upload, view } from "./heap.js"
 import { AttentionKernel } from "./attentionKernel.js"
 import { type RopeTable, ropeTable, rotateRow } from "./ops.js"
@@ -334,10 +334,9 @@ export class FastDecoder {
   }
 
   /**
-   * x·m in place on the wasm heap (gemmKernel.ts), each of m's parts into its columns — or, for
-   * rows too few for the product's tiles, from m's rows [out, in] where it has them — then m's
-   * unmerged LoRA updates (decodeWeights.ts). One row reuses kept input and output tensors:
-   * nothing allocated per product.
+   * x·m in place on the wasm heap (gemmKernel.ts), each of m's parts ([out_i, in]) into its
+   * columns, then m's unmerged LoRA updates (decodeWeights.ts). One row reuses kept input and
+   * output tensors: nothing allocated per product.
    */
   private heapProduct(x: Float32Array, R: number, m: Matrix, out: Float32Array): void {
     const parts = m.parts!
@@ -345,13 +344,10 @@ export class FastDecoder {
     let ty = R === 1 ? this.rowOutputs.get(m.cols) : undefined
     if (R === 1 && ty === undefined) this.rowOutputs.set(m.cols, (ty = tf.fill([1, m.cols], 0) as tf.Tensor2D))
     ty ??= tf.zeros([R, m.cols]) as tf.Tensor2D
-    if (m.outIn !== undefined && R < HEAP_TILE_ROWS) heapDotRowsInto(tx, m.outIn, ty)
-    else {
-      let column = 0
-      for (const part of parts) {
-        heapGemmInto(tx, part, ty, parts.length === 1 ? undefined : column)
-        column += part.shape[1]
-      }
+    let column = 0
+    for (const part of parts) {
+      heapGemmNtInto(tx, part, ty, parts.length === 1 ? undefined : column)
+      column += part.shape[0]
     }
     out.set(view(ty))
     if (R !== 1) tf.dispose([tx, ty])

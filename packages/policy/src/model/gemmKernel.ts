@@ -1,19 +1,20 @@
 /**
- * Dense products computed where tfjs's wasm backend keeps its tensors: `x·W` with W read in
- * place, never copied. tfjs's own matmul (XNNPACK) packs every right-hand matrix into a copy it
- * caches per tensor, so a model's weights are held twice; from ~0.5 B parameters (Qwen3-0.6B:
- * 2.4 GB in F32) that no longer fits the backend's 4 GiB heap. This is a tiny SIMD WebAssembly
- * module that imports the backend's memory and multiplies tensors by their byte offsets:
+ * Dense products computed where tfjs's wasm backend keeps its tensors, W read in place, never
+ * copied. tfjs's own matmul (XNNPACK) packs every right-hand matrix into a copy it caches per
+ * tensor, so a model's weights are held twice; from ~0.5 B parameters (Qwen3-0.6B: 2.4 GB in F32)
+ * that no longer fits the backend's 4 GiB heap. This is a tiny SIMD WebAssembly module that
+ * imports the backend's memory and multiplies tensors by their byte offsets. Such a model holds
+ * its matrices [out, in] (matrixLayout.ts), so its forward products are `x·Wᵀ`:
  *
- *   4 rows at a time   tiles of 4 rows of x by 8 columns of W (eight 4-float accumulators), the
- *                      shared dimension in blocks of 256 so a tile's slice of W stays in cache:
- *                      ~65–80% of XNNPACK's rate at this machine's shapes
- *   single rows        (decoding one sequence, and the rows a prefill has left over) out += x[k]·W[k]
- *                      eight rows of W at a time — attentionKernel.ts's `axpy_rows` over blocks of
- *                      4,096 columns, so W streams through in long runs and the block of out stays
- *                      in cache: ~16 GB/s from memory here (one row of W at a time: ~11); or, for a
- *                      matrix the model also holds as [out, in] (a tied head), a dot product with
- *                      each of its rows (`dot_rows`, `heapDotRowsInto`): ~21 GB/s
+ *   `heapGemmNtInto`   x·Wᵀ, W [out, in]. 4 rows or more: tiles of 4 rows of x by 2 rows of W
+ *                      (`gemm_nt`, eight 4-float accumulators summed across lanes at the end),
+ *                      blocked by 64 rows and 512 floats of the shared dimension; at Qwen3-0.6B's
+ *                      shapes here ~15 GFLOP/s over 16 rows, ~24–26 over 64–256 (XNNPACK's
+ *                      matmul: ~8, ~16–19). Single rows (decoding one sequence): x dotted with
+ *                      each row of W in turn (`dot_rows`), W streamed once in order: ~21 GB/s
+ *   `heapGemmInto`     x·W, W [in, out] — the training pass's `dy·Wᵀ` for W held [out, in]: tiles
+ *                      of 4 rows by 8 columns (`gemm_4`), single rows as out += x[k]·W[k] eight
+ *                      rows of W at a time (attentionKernel.ts's `axpy_rows`, ~16 GB/s)
  *
  * It is used only for models the packed copies do not fit: by the decoder (decodeWeights.ts) and
  * for the frozen weights of LoRA training (matmul.ts `heapProducts`, headLogprobs.ts);
@@ -24,8 +25,8 @@ import { axpyRowsBody, dotRowsBody } from "./attentionKernel.js"
 import type { ModelConfig } from "./config.js"
 import { wasmPacksWeights } from "./memory.js"
 import {
-  BR_IF_0, END, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, leb, LOOP, section, SET,
-  str, TEE, V128, v128Load, v128Store, vec, VOID, voidType, WebAssembly
+  BR_IF_0, END, F32_ADD, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, f32Store, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, lane, leb,
+  LOOP, section, SET, str, TEE, V128, V128_ZERO, v128Load, v128Store, vec, VOID, voidType, WebAssembly
 } from "./wasmAssembly.js"
 
 /** Columns of W per tile: two 4-float vectors. */
@@ -88,18 +89,65 @@ const gemmBody = (mr: number): Array<number> => {
   ]
 }
 
+/** Rows of x per tile, in both tiled products (fewer are single rows, one pass over W each). */
 const MR = 4
-/** Rows of x that `heapGemmInto` multiplies in tiles (fewer are single rows, one pass over W each). */
-export const HEAP_TILE_ROWS = MR
+
+/** Rows of W (stored [out, in]) per tile of `gemm_nt`: 4 rows of x by 2 of W, eight accumulators. */
+const NT_COLS = 2
+
+/**
+ * out[i, j] += Σ_t x[i, t]·w[j, t] for W stored [out, in] (`k` in bytes here, a multiple of 16;
+ * rows a multiple of 4, cols of 2): for each pair of W's rows, for each tile of 4 rows of x, eight
+ * 4-float accumulators over the shared dimension (two loads of W, four of x per step), summed
+ * across their lanes into out at the end.
+ */
+const gemmNtBody = (): Array<number> => {
+  const [W0, W1, X0, OP2] = [I + 3, I + 4, I + 5, I + 9]
+  const acc = (r: number, c: number) => OP2 + 1 + r * NT_COLS + c
+  const [b0, b1, xv] = [OP2 + 9, OP2 + 10, OP2 + 11]
+  const plus = (base: number, stride: number, r: number) => (r === 0 ? [GET, base] : [GET, base, GET, stride, ...i32(r), I32_MUL, I32_ADD])
+  const lanesSum = (v: number) => [GET, v, ...lane(0), GET, v, ...lane(1), F32_ADD, GET, v, ...lane(2), F32_ADD, GET, v, ...lane(3), F32_ADD]
+  return [
+    ...vec([[10, I32], [11, V128]]), // I, J, KK (unused), W0, W1, X0..X3, OP; accumulators, b0, b1, xv
+    ...i32(0), SET, J,
+    LOOP, VOID,
+    GET, W, GET, J, GET, WS, I32_MUL, I32_ADD, TEE, W0, GET, WS, I32_ADD, SET, W1,
+    ...i32(0), SET, I,
+    LOOP, VOID,
+    ...Array.from({ length: MR }, (_, r) => [...plus(X, XS, 0), GET, I, GET, XS, I32_MUL, I32_ADD, ...(r === 0 ? [] : [GET, XS, ...i32(r), I32_MUL, I32_ADD]), SET, X0 + r]).flat(),
+    ...Array.from({ length: MR * NT_COLS }, (_, a) => [...V128_ZERO, SET, OP2 + 1 + a]).flat(),
+    ...i32(0), SET, KK,
+    LOOP, VOID,
+    GET, W0, GET, KK, I32_ADD, ...v128Load(0), SET, b0,
+    GET, W1, GET, KK, I32_ADD, ...v128Load(0), SET, b1,
+    ...Array.from({ length: MR }, (_, r) => [
+      GET, X0 + r, GET, KK, I32_ADD, ...v128Load(0), SET, xv,
+      GET, acc(r, 0), GET, xv, GET, b0, ...F32X4_MUL, ...F32X4_ADD, SET, acc(r, 0),
+      GET, acc(r, 1), GET, xv, GET, b1, ...F32X4_MUL, ...F32X4_ADD, SET, acc(r, 1)
+    ]).flat(),
+    GET, KK, ...i32(16), I32_ADD, TEE, KK, GET, K, I32_LT_U, ...BR_IF_0,
+    END,
+    // OP = out + i·os + j·4; out[i + r, j + c] += the lanes of acc(r, c).
+    GET, OUT, GET, I, GET, OS, I32_MUL, I32_ADD, GET, J, ...i32(2), I32_SHL, I32_ADD, SET, OP2,
+    ...Array.from({ length: MR }, (_, r) =>
+      Array.from({ length: NT_COLS }, (_, c) => [...plus(OP2, OS, r), ...plus(OP2, OS, r), ...f32Load(c * 4), ...lanesSum(acc(r, c)), F32_ADD, ...f32Store(c * 4)]).flat()
+    ).flat(),
+    GET, I, ...i32(MR), I32_ADD, TEE, I, GET, ROWS, I32_LT_U, ...BR_IF_0,
+    END,
+    GET, J, ...i32(NT_COLS), I32_ADD, TEE, J, GET, COLS, I32_LT_U, ...BR_IF_0,
+    END,
+    END
+  ]
+}
 
 const kernelBytes = (): Uint8Array => {
-  const bodies = [gemmBody(MR), axpyRowsBody, dotRowsBody]
+  const bodies = [gemmBody(MR), axpyRowsBody, dotRowsBody, gemmNtBody()]
   return new Uint8Array([
     ...HEADER,
     ...section(1, vec([voidType(9), voidType(6)])),
     ...section(2, vec([[...str("env"), ...str("memory"), 0x02, 0x00, 1]])), // the backend's memory, imported
-    ...section(3, vec([[0], [1], [1]])),
-    ...section(7, vec([[...str("gemm_4"), 0x00, 0], [...str("axpy_rows"), 0x00, 1], [...str("dot_rows"), 0x00, 2]])),
+    ...section(3, vec([[0], [1], [1], [0]])),
+    ...section(7, vec([[...str("gemm_4"), 0x00, 0], [...str("axpy_rows"), 0x00, 1], [...str("dot_rows"), 0x00, 2], [...str("gemm_nt"), 0x00, 3]])),
     ...section(10, vec(bodies.map((b) => [...leb(b.length), ...b])))
   ])
 }
@@ -115,7 +163,7 @@ interface WasmBackendInternals {
   readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
 }
 
-let instance: { readonly memory: object; readonly gemm4: Gemm; readonly axpyRows: AxpyRows; readonly dotRows: DotRows } | null | undefined
+let instance: { readonly memory: object; readonly gemm4: Gemm; readonly gemmNt: Gemm; readonly axpyRows: AxpyRows; readonly dotRows: DotRows } | null | undefined
 
 const internals = (): WasmBackendInternals => tf.backend() as unknown as WasmBackendInternals
 
@@ -127,7 +175,7 @@ const kernel = () => {
   const bytes = kernelBytes()
   if (memory === undefined || !WebAssembly.validate(bytes)) return (instance = null)
   const exports = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports
-  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows, dotRows: exports["dot_rows"] as DotRows })
+  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, gemmNt: exports["gemm_nt"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows, dotRows: exports["dot_rows"] as DotRows })
 }
 
 /** Whether in-place products can run here (the wasm backend, with SIMD). */
@@ -169,7 +217,7 @@ export const heapGemm = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
 /**
  * `x·w` into `out` (a tensor the caller keeps, to spare an allocation per product): all of it
  * [R, m], overwritten; or with `column`, the m columns of a wider out [R, width] from there on
- * (the rest of out left as it is: q, k and v side by side, each from its own matrix).
+ * (the rest of out left as it is), as `heapGemmNtInto` writes q, k and v side by side.
  */
 export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
   const kern = boundKernel("heapGemm")
@@ -212,32 +260,61 @@ export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, c
   rest(full, rows, quads) // single rows: columns past the last 4-float group
 }
 
+/** Rows of x per block of `heapGemmNtInto`: their slice of the shared dimension (below, 128 KiB) stays in L2 while W's rows pass. */
+const NT_ROW_BLOCK = 64
+/** Floats of the shared dimension per block: a pair of W's rows' slice (4 KiB) stays in L1 across the block's tiles. */
+const NT_K_BLOCK = 512
+
+/** `x·wᵀ` ([R, k]·[m, k]ᵀ → [R, m]) with w stored [out, in], read in place on the wasm backend's heap. */
+export const heapGemmNt = (x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D => {
+  const out = tf.zeros([x.shape[0], w.shape[0]]) as tf.Tensor2D
+  heapGemmNtInto(x, w, out)
+  return out
+}
+
 /**
- * `x·wᵀ` into `out` for `w` stored [out, in] (as Hugging Face stores a matrix), where the model
- * holds a matrix that way anyway: a tied head is the embedding table [vocab, d]. Each row of x is
- * dotted with every row of w, so w streams once per row of x, in order: for one row (decoding
- * one sequence) that reads ~1.3x faster here than `heapGemmInto`'s rows of [in, out]; for four
- * rows or more `heapGemmInto` reads its matrix once for all of them. Overwrites out [R, cols], or
- * with `column` its cols columns from there on.
+ * `x·wᵀ` into `out` for `w` stored [out, in], as Hugging Face stores a linear layer (and as an
+ * embedding table is a tied head): overwrites out [R, m], or with `column` its m columns from
+ * there on. Four rows or more go in tiles of 4 rows by 2 of w (`gemm_nt`), blocked so w streams
+ * from memory once per 64 rows; the rows left over (all of them when decoding one sequence) are
+ * dotted with each row of w in turn (`dot_rows`): w streams once per row, in order, ~1.3x faster
+ * here than one row's pass over [in, out] (`heapGemmInto`).
  */
-export const heapDotRowsInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
-  const kern = boundKernel("heapDotRows")
+export const heapGemmNtInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, column?: number): void => {
+  const kern = boundKernel("heapGemmNt")
   const [rows, k] = x.shape
   const [cols, kw] = w.shape
   const width = out.shape[1]
-  checkShapes("heapDotRows", x, w, out, k === kw, cols, column)
+  checkShapes("heapGemmNt", x, w, out, k === kw, cols, column)
   const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out) + (column ?? 0) * 4
-  if (k % 4 === 0) {
-    for (let i = 0; i < rows; i++) kern.dotRows(xo + i * k * 4, wo, cols, k * 4, k * 4, oo + i * width * 4)
+  const heap = internals().wasm.HEAPF32
+  if (k % 4 !== 0) {
+    // Rows that are not whole vectors (no model's hidden size): a JS loop.
+    for (let i = 0; i < rows; i++) {
+      for (let j = 0; j < cols; j++) {
+        let s = 0
+        for (let t = 0; t < k; t++) s += heap[(xo >>> 2) + i * k + t]! * heap[(wo >>> 2) + j * k + t]!
+        heap[(oo >>> 2) + i * width + j] = s
+      }
+    }
     return
   }
-  // Rows that are not whole vectors (no model's hidden size): a JS loop.
-  const heap = internals().wasm.HEAPF32
-  for (let i = 0; i < rows; i++) {
-    for (let j = 0; j < cols; j++) {
-      let s = 0
-      for (let t = 0; t < k; t++) s += heap[(xo >>> 2) + i * k + t]! * heap[(wo >>> 2) + j * k + t]!
-      heap[(oo >>> 2) + i * width + j] = s
+  const full = rows - (rows % MR)
+  const pairs = cols - (cols % NT_COLS)
+  if (full > 0 && pairs > 0) {
+    // The tiles accumulate into out: zero it first (in one run when the columns are all of it).
+    if (width === pairs) heap.fill(0, oo >>> 2, (oo >>> 2) + full * width)
+    else for (let i = 0; i < full; i++) heap.fill(0, (oo >>> 2) + i * width, (oo >>> 2) + i * width + pairs)
+    for (let i0 = 0; i0 < full; i0 += NT_ROW_BLOCK) {
+      for (let k0 = 0; k0 < k; k0 += NT_K_BLOCK) {
+        const n = Math.min(NT_ROW_BLOCK, full - i0)
+        kern.gemmNt(xo + (i0 * k + k0) * 4, wo + k0 * 4, n, Math.min(NT_K_BLOCK, k - k0) * 4, pairs, oo + i0 * width * 4, k * 4, k * 4, width * 4)
+      }
     }
+  }
+  // Rows past the tiles: every column; tile rows: a last column past the pairs.
+  for (let i = full; i < rows; i++) kern.dotRows(xo + i * k * 4, wo, cols, k * 4, k * 4, oo + i * width * 4)
+  if (full > 0 && pairs < cols) {
+    for (let i = 0; i < full; i++) kern.dotRows(xo + i * k * 4, wo + pairs * k * 4, cols - pairs, k * 4, k * 4, oo + (i * width + pairs) * 4)
   }
 }

@@ -6,15 +6,15 @@
  * vocabulary 0.6 MB each per token, ~0.5 GB for 256 tokens; this op holds one chunk's logits
  * and keeps, per token, only what the backward pass needs, a vector of the model's width:
  *
- *   z = h·W                     [rows, V]  (W = the head [d, V]: lm_head, or the embedding's transpose)
+ *   z = h·Eᵀ                    [rows, V]  (E = the head as held [V, d]: the embedding, or lm_head)
  *   log π(t) = z_t − lse(z),    entropy = lse − Σ_j p_j·z_j,   p = softmax(z)
- *   ∂ log π(t) / ∂h = (onehot(t) − p)·Wᵀ = G   [d]            (Wᵀ = the embedding [V, d], or lm_headᵀ)
+ *   ∂ log π(t) / ∂h = (onehot(t) − p)·E = G    [d]
  *
  * so the gradient reaching h is dy·G, row by row: no logits are kept, and the product that
  * computes G is the one the backward pass would have run anyway.
  */
 import * as tf from "@tensorflow/tfjs"
-import { heapGemm } from "./gemmKernel.js"
+import { heapGemm, heapGemmNt } from "./gemmKernel.js"
 import { backward, upload, view } from "./heap.js"
 
 /** Rows per chunk: 32 rows of a 151,936-token vocabulary are 19 MB of logits. */
@@ -28,10 +28,11 @@ export interface HeadLogprobs {
 
 /**
  * log π(targets[i]) and the entropy for every row of h [N, d] (the final norm's output), given
- * the head `w` [d, V] and its transpose `wT` [V, d], both frozen. With `withGradient` the
- * log-probabilities carry a gradient to h (see the module comment); without it G is not computed.
+ * the frozen head `e` [V, d] (one row per token, as a model multiplied in place holds it). With
+ * `withGradient` the log-probabilities carry a gradient to h (see the module comment); without
+ * it G is not computed.
  */
-export const headLogprobs = (h: tf.Tensor2D, w: tf.Tensor2D, wT: tf.Tensor2D, targets: Int32Array, withGradient: boolean): HeadLogprobs => {
+export const headLogprobs = (h: tf.Tensor2D, e: tf.Tensor2D, targets: Int32Array, withGradient: boolean): HeadLogprobs => {
   const [n, d] = h.shape
   if (targets.length !== n) throw new Error(`headLogprobs: ${targets.length} targets for ${n} rows`)
   let entropy: tf.Tensor1D | undefined
@@ -42,11 +43,11 @@ export const headLogprobs = (h: tf.Tensor2D, w: tf.Tensor2D, wT: tf.Tensor2D, ta
     for (let r0 = 0; r0 < n; r0 += CHUNK_ROWS) {
       const rows = Math.min(CHUNK_ROWS, n - r0)
       tf.tidy(() => {
-        const z = heapGemm(tf.slice(x, [r0, 0], [rows, d]), w)
+        const z = heapGemmNt(tf.slice(x, [r0, 0], [rows, d]), e)
         // `grad`: overwrite z with onehot(t) − p, the logits' gradient of log π(t).
-        softmaxRows(view(z), rows, w.shape[1], targets.subarray(r0, r0 + rows), logprobs.subarray(r0), entropies.subarray(r0), g !== undefined)
+        softmaxRows(view(z), rows, e.shape[0], targets.subarray(r0, r0 + rows), logprobs.subarray(r0), entropies.subarray(r0), g !== undefined)
         if (g !== undefined) {
-          const part = heapGemm(z, wT) // [rows, d]
+          const part = heapGemm(z, e) // [rows, d]
           view(g).set(view(part), r0 * d) // both views after the last allocation
         }
       })

@@ -20,11 +20,11 @@
  *                 no transpose, dE = (hᵀ·dy)ᵀ
  *
  * The frozen products take their `Products`: tfjs's matmul, or on wasm for a model whose packed
- * copies would not fit the heap, products in place (gemmKernel.ts; `dy·Wᵀ` then transposes W
- * into a short-lived copy of one matrix, a few MB, not a packed copy of every weight).
+ * copies would not fit the heap, products in place (gemmKernel.ts) over matrices held [out, in]
+ * as Hugging Face stores them (no packed copy of any weight, and `dy·Wᵀ` needs no transpose).
  */
 import * as tf from "@tensorflow/tfjs"
-import { heapGemm } from "./gemmKernel.js"
+import { heapGemm, heapGemmNt } from "./gemmKernel.js"
 import { backward, isWasm, view } from "./heap.js"
 import { transposeInto } from "./transpose.js"
 
@@ -57,7 +57,7 @@ const transposedTimes = (a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D => {
   return out
 }
 
-/** How a frozen weight is multiplied: `x·w`, and `x·wᵀ`. */
+/** How a frozen weight is multiplied: `x·W`, and `x·Wᵀ`, for W as the products hold it. */
 export interface Products {
   readonly times: (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D
   readonly timesTransposed: (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D
@@ -66,16 +66,8 @@ export interface Products {
 /** tfjs's matmul (on wasm XNNPACK, which caches a packed copy of every right-hand matrix). */
 export const tfjsProducts: Products = { times: (x, w) => tf.matMul(x, w), timesTransposed }
 
-/** In place on the wasm heap (gemmKernel.ts). */
-export const heapProducts: Products = {
-  times: heapGemm,
-  timesTransposed: (x, w) => {
-    const wt = transpose2d(w)
-    const out = heapGemm(x, wt)
-    wt.dispose()
-    return out
-  }
-}
+/** In place on the wasm heap (gemmKernel.ts), for W held [out, in]: `x·W` is x times its rows, `x·Wᵀ` x times it as held. */
+export const heapProducts: Products = { times: heapGemmNt, timesTransposed: heapGemm }
 
 /** `a·b` for rank-2 tensors, both trained (or feeding something trained). */
 export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.customGrad(
@@ -94,8 +86,8 @@ export const matmul: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D = tf.custom
 ) as never
 
 /**
- * `x·w` with `w` frozen: the gradient reaches x alone. `wT`, when the caller keeps it, is `wᵀ`
- * (else it is transposed in the backward pass, and dropped after).
+ * `x·W` with W frozen, `w` as `products` hold it: the gradient reaches x alone. `wT`, when the
+ * caller keeps it, is Wᵀ in the same form (else the backward pass runs `timesTransposed`).
  */
 export const frozenMatmul = (x: tf.Tensor2D, w: tf.Tensor2D, wT?: tf.Tensor2D, products: Products = tfjsProducts): tf.Tensor2D =>
   (

@@ -9,8 +9,8 @@
  * for full fine-tuning also a gradient and AdamW's two moments per weight. With LoRA only the
  * adapters have gradients and moments, so that figure (`servingBytes`) stands. Where the packed
  * copies would not fit (`wasmPacksWeights`), serving and LoRA training multiply the weights in
- * place instead (gemmKernel.ts): the variables once, plus for a tied head the embedding's
- * transpose (`inPlaceServingBytes`; the snapshot then shares every matrix and keeps the
+ * place instead (gemmKernel.ts): the variables once (`inPlaceServingBytes`; held [out, in], a
+ * tied head is the embedding itself, and the snapshot shares every matrix and keeps the
  * adapters unmerged). Activations and KV caches (in the decoder's own wasm memory) come on top,
  * so the estimate is a lower bound.
  */
@@ -37,9 +37,8 @@ export interface MemoryNeed {
 
 export const memoryNeed = (config: ModelConfig): MemoryNeed => {
   const parameters = parameterCount(config)
-  const headTranspose = config.tieEmbeddings ? config.vocabSize * config.dModel : 0
   const servingBytes = parameters * 4 * 2
-  const inPlaceServingBytes = (parameters + headTranspose) * 4
+  const inPlaceServingBytes = parameters * 4
   return {
     parameters,
     servingBytes,

@@ -7,8 +7,9 @@
  *                      x = x + W2·(silu(W1·m) ⊙ W3·m),  m = rmsnorm(x)                     (SwiGLU)
  *   logits = rmsnorm(x)·head        (head = embeddingᵀ when tied)
  *
- * Matrices are stored [in, out] so a layer is `x·W`; the Llama family's options (grouped-query
- * attention, q/k/v biases, per-head q/k norms, RoPE scaling) are documented in config.ts.
+ * Matrices are [in, out] so a layer is `x·W` (held [out, in] by a model multiplied in place, see
+ * `products`); the Llama family's options (grouped-query attention, q/k/v biases, per-head q/k
+ * norms, RoPE scaling) are documented in config.ts.
  * `forward(batch)` is the training pass, differentiable: rows of packed sequences (each row may
  * hold several sequences; attention never crosses a sequence boundary, positions restart at each
  * sequence) → logits for every token. Generation runs the same arithmetic in inference form, with
@@ -20,19 +21,21 @@
  * their gradients need and free it as the backward pass goes (heap.ts `backward`), so the wasm
  * heap bounds a micro-batch by the forward pass's activations alone. On wasm, a model whose
  * weights XNNPACK's packed copies would not fit beside (memory.ts `wasmPacksWeights`) multiplies
- * its frozen weights in place (`products`), and `tokenLogprobs` then runs the head and the
- * log-probabilities chunk by chunk (headLogprobs.ts) instead of holding every row's logits.
+ * its frozen weights in place (`products`) and trains LoRA adapters only; `tokenLogprobs` then
+ * runs the head and the log-probabilities chunk by chunk (headLogprobs.ts) instead of holding
+ * every row's logits.
  */
 import * as tf from "@tensorflow/tfjs"
 import { type ModelConfig, parameterShapes } from "./config.js"
 import { type LoraConfig, loraSites, mergeAdapters } from "./lora.js"
 import { checkWeights, initWeights, type Weights, WeightsError } from "./weights.js"
 import { upload } from "./heap.js"
-import { attention, type AttentionLayout } from "./attention.js"
-import { multipliesInPlace } from "./gemmKernel.js"
+import { attention, type AttentionLayout, segmentStarts } from "./attention.js"
+import { heapGemmAvailable } from "./gemmKernel.js"
 import { headLogprobs, type HeadLogprobs } from "./headLogprobs.js"
 import { frozenMatmul, heapProducts, loraLinear, matmul, type Products, tfjsProducts, tiedHead, transpose2d } from "./matmul.js"
 import { embed, residual, rmsNorm, type RopeTable, ropeTable, swiglu, tokenLogprobs } from "./ops.js"
+import { defaultProducts, fromLayout, isLinearMatrix, layoutOf, type ProductsKind, storedShape, storedShapes, toLayout } from "./matrixLayout.js"
 
 /**
  * A training micro-batch: `rows` rows of `seqLen` tokens, row-major. `segments` numbers the
@@ -47,20 +50,6 @@ export interface TokenBatch {
   readonly segments: Int32Array
 }
 
-/** Index, within its row, of the first token of each token's sequence. */
-export const segmentStarts = (rows: number, seqLen: number, segments: Int32Array): Int32Array => {
-  const start = new Int32Array(rows * seqLen)
-  for (let b = 0; b < rows; b++) {
-    let s = 0
-    for (let t = 0; t < seqLen; t++) {
-      const n = b * seqLen + t
-      if (t > 0 && segments[n] !== segments[n - 1]) s = t
-      start[n] = s
-    }
-  }
-  return start
-}
-
 /** LoRA adapters on some of the model's matrices (see lora.ts). */
 interface Adapters {
   readonly config: LoraConfig
@@ -70,51 +59,44 @@ interface Adapters {
 }
 
 export class Transformer {
-  readonly params: ReadonlyMap<string, tf.Variable>
+  private parameters: Map<string, tf.Variable>
+  private kind: ProductsKind
   private adapters: Adapters | undefined
   /** The policy version of the current weights. */
   version: number
   private readonly rope: RopeTable
   /** Transposes kept while the parameter they were taken of is unchanged (by its data; see `transposed`). */
   private readonly transposes = new Map<string, { readonly of: object; readonly t: tf.Tensor2D }>()
-  /**
-   * How the frozen base weights are multiplied once LoRA adapters are attached: in place on the
-   * wasm heap ("heap", gemmKernel.ts) where XNNPACK's packed copies would not fit, else tfjs's
-   * matmul. Trained weights always use tfjs's. Tests set "heap" on models too small to need it.
-   */
-  products: "tfjs" | "heap"
-
-  /** Takes the tensors (checked by the caller) as its variables' initial values; a variable shares its tensor's memory. */
+  /** Takes the tensors (checked by the caller, in `products`' layout) as its variables' initial values; a variable shares its tensor's memory. */
   private constructor(
     readonly config: ModelConfig,
-    tensors: ReadonlyMap<string, tf.Tensor>
+    tensors: ReadonlyMap<string, tf.Tensor>,
+    products: ProductsKind
   ) {
-    this.params = new Map(
-      [...tensors].map(([name, initial]) => {
-        const variable = tf.variable(initial, true)
-        initial.dispose()
-        return [name, variable]
-      })
-    )
+    this.parameters = new Map([...tensors].map(([name, initial]) => [name, variableOf(initial)]))
+    this.kind = products
     this.version = config.version
     this.rope = ropeTable(config.contextLength, config.headDim, config.ropeTheta, config.ropeScaling)
-    this.products = multipliesInPlace(config) ? "heap" : "tfjs"
   }
 
-  /** A model with the given weights (checked against the config's names and shapes). */
-  static fromWeights(config: ModelConfig, weights: Weights): Transformer {
+  /**
+   * A model with the given weights (checked against the config's names and shapes, [in, out]),
+   * multiplying its base with `products` (default: `defaultProducts`).
+   */
+  static fromWeights(config: ModelConfig, weights: Weights, products: ProductsKind = defaultProducts(config)): Transformer {
     const shapes = parameterShapes(config)
     checkWeights(shapes, weights)
-    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, upload(weights[name]!, shapes[name]!)])))
+    const layout = layoutOf(products)
+    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, upload(toLayout(name, shapes[name]!, weights[name]!, layout), storedShape(name, shapes[name]!, layout))])), products)
   }
 
   /**
    * A model whose weights are these float32 tensors, already on the backend (the loader fills
-   * them in place: no JS copy). It takes them over, and disposes them if they do not fit the
-   * config's names and shapes.
+   * them in place: no JS copy), in the layout of `products` (default: `defaultProducts`). It
+   * takes them over, and disposes them if they do not fit the config's names and shapes.
    */
-  static fromTensors(config: ModelConfig, tensors: ReadonlyMap<string, tf.Tensor>): Transformer {
-    const shapes = parameterShapes(config)
+  static fromTensors(config: ModelConfig, tensors: ReadonlyMap<string, tf.Tensor>, products: ProductsKind = defaultProducts(config)): Transformer {
+    const shapes = storedShapes(config, layoutOf(products))
     const wrong =
       [...tensors].find(([name, t]) => shapes[name]?.join(",") !== t.shape.join(",") || t.dtype !== "float32")?.[0] ??
       Object.keys(shapes).find((name) => !tensors.has(name))
@@ -122,12 +104,36 @@ export class Transformer {
       tf.dispose([...tensors.values()])
       throw new WeightsError(`parameter ${wrong}: ${tensors.has(wrong) ? `[${tensors.get(wrong)!.shape.join(", ")}] ${tensors.get(wrong)!.dtype}` : "missing"}, expected [${(shapes[wrong] ?? []).join(", ")}] float32`)
     }
-    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, tensors.get(name)!])))
+    return new Transformer(config, new Map(Object.keys(shapes).map((name) => [name, tensors.get(name)!])), products)
   }
 
   /** A freshly initialised model; the same config and seed give the same weights everywhere. */
   static init(config: ModelConfig, seed: number): Transformer {
     return Transformer.fromWeights(config, initWeights(config, seed))
+  }
+
+  /** The variables by name, each linear matrix in the layout of `products`. */
+  get params(): ReadonlyMap<string, tf.Variable> {
+    return this.parameters
+  }
+
+  /** How the frozen base weights are multiplied, and so how the matrices are held (matrixLayout.ts); trained weights use tfjs's matmul. */
+  get products(): ProductsKind {
+    return this.kind
+  }
+
+  /** Switches how the base is multiplied (tests set "heap" on models too small to need it): every linear matrix a new variable in that layout. */
+  set products(kind: ProductsKind) {
+    if (kind === this.kind) return
+    if (kind === "heap" && !heapGemmAvailable()) throw new WeightsError("products \"heap\" needs the wasm backend with SIMD")
+    for (const [name, v] of this.parameters) {
+      if (!isLinearMatrix(name, v.shape)) continue
+      this.parameters.set(name, variableOf(transpose2d(v as tf.Tensor2D)))
+      v.dispose()
+    }
+    for (const { t } of this.transposes.values()) t.dispose()
+    this.transposes.clear()
+    this.kind = kind
   }
 
   param(name: string): tf.Variable {
@@ -138,6 +144,9 @@ export class Transformer {
 
   /** What training updates, by name: every parameter, or only the LoRA adapters when attached. */
   get trainable(): ReadonlyMap<string, tf.Variable> {
+    if (this.adapters === undefined && this.kind === "heap") {
+      throw new WeightsError(`a model multiplied in place (products "heap": its weights would not fit the wasm heap beside XNNPACK's packed copies) trains LoRA adapters only; attach adapters first`)
+    }
     return this.adapters?.variables ?? this.params
   }
 
@@ -188,16 +197,19 @@ export class Transformer {
   }
 
   /**
-   * W + scale·A·B of every adapted matrix, computed on the backend (new tensors the caller
-   * disposes; empty without LoRA): what a server decodes with, without copying every weight
-   * out to JavaScript and back.
+   * W + scale·A·B of every adapted matrix, in the layout of `products`, computed on the backend
+   * (new tensors the caller disposes; empty without LoRA): what a server decodes with, without
+   * copying every weight out to JavaScript and back.
    */
   mergedTensors(): Map<string, tf.Tensor2D> {
     const out = new Map<string, tf.Tensor2D>()
     if (this.adapters === undefined) return out
     const { config, variables, sites } = this.adapters
     for (const [param, site] of sites) {
-      const update = () => tf.matMul(tf.mul(variables.get(site.a)!, config.scale) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D)
+      const update = () => {
+        const ab = tf.matMul(tf.mul(variables.get(site.a)!, config.scale) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D)
+        return this.kind === "heap" ? transpose2d(ab as tf.Tensor2D) : ab // in the base's layout
+      }
       out.set(param, tf.tidy(() => tf.add(this.param(param), update())))
     }
     return out
@@ -224,16 +236,11 @@ export class Transformer {
    * log-probabilities carry gradients to what is trained.
    */
   tokenLogprobs(batch: TokenBatch, targets: Int32Array, options: { readonly training?: boolean } = {}): HeadLogprobs {
-    const fused = this.frozen && this.products === "heap"
-    const head = this.config.tieEmbeddings ? "tok_embeddings.weight" : "lm_head.weight"
     let entropy: tf.Tensor1D | undefined
     const logprobs = tf.tidy(() => {
       let out: HeadLogprobs
-      if (fused) {
-        // The head [d, V] and its transpose [V, d]: the embedding's kept transpose and the embedding, or lm_head and its kept transpose.
-        const [w, wT] = this.config.tieEmbeddings ? [this.headWeight(), this.param(head) as tf.Tensor2D] : [this.param(head) as tf.Tensor2D, this.transposed(head)]
-        out = headLogprobs(this.trunk(batch, options), w, wT, targets, options.training ?? false)
-      } else out = tokenLogprobs(this.forward(batch, options), targets)
+      if (this.kind === "heap") out = headLogprobs(this.trunk(batch, options), this.headRows(), targets, options.training ?? false)
+      else out = tokenLogprobs(this.forward(batch, options), targets)
       entropy = tf.keep(out.entropy)
       return out.logprobs
     })
@@ -271,9 +278,9 @@ export class Transformer {
     return this.adapters !== undefined
   }
 
-  /** How the frozen weights are multiplied (see `products`). */
+  /** How the frozen weights are multiplied (see `products`): heapProducts take them [out, in]. */
   private get frozenProducts(): Products {
-    return this.products === "heap" ? heapProducts : tfjsProducts
+    return this.kind === "heap" ? heapProducts : tfjsProducts
   }
 
   private norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
@@ -289,7 +296,7 @@ export class Transformer {
       const { config, variables } = this.adapters!
       const input = training && config.dropout > 0 ? (tf.dropout(x, config.dropout) as tf.Tensor2D) : x
       y = loraLinear(x, input, w, variables.get(site.a) as tf.Tensor2D, variables.get(site.b) as tf.Tensor2D, config.scale, this.frozenProducts)
-    } else y = this.frozen ? frozenMatmul(x, w, undefined, this.frozenProducts) : matmul(x, w)
+    } else y = this.frozen || this.kind === "heap" ? frozenMatmul(x, w, undefined, this.frozenProducts) : matmul(x, w)
     const b = this.params.get(bias)
     return b === undefined ? y : tf.add(y, b)
   }
@@ -322,6 +329,7 @@ export class Transformer {
 
   /** Logits of the final norm's output h. */
   private head(h: tf.Tensor2D): tf.Tensor2D {
+    if (this.kind === "heap") return frozenMatmul(h, this.headRows(), undefined, heapProducts)
     if (this.config.tieEmbeddings) {
       const e = this.param("tok_embeddings.weight") as tf.Tensor2D
       return this.frozen ? frozenMatmul(h, this.headWeight(), e, this.frozenProducts) : tiedHead(h, e, this.headWeight())
@@ -337,7 +345,13 @@ export class Transformer {
    * short micro-batch's head itself. The engine's weight snapshot shares it.
    */
   headWeight(): tf.Tensor2D {
-    return this.config.tieEmbeddings ? this.transposed("tok_embeddings.weight") : (this.param("lm_head.weight") as tf.Tensor2D)
+    if (this.config.tieEmbeddings) return this.transposed("tok_embeddings.weight")
+    return this.kind === "heap" ? this.transposed("lm_head.weight") : (this.param("lm_head.weight") as tf.Tensor2D)
+  }
+
+  /** The head as a [vocab, d] matrix in a model multiplied in place: the embedding when tied, else lm_head as held. */
+  private headRows(): tf.Tensor2D {
+    return this.param(this.config.tieEmbeddings ? "tok_embeddings.weight" : "lm_head.weight") as tf.Tensor2D
   }
 
   /** `name`ᵀ, kept until the parameter is assigned new values (a variable's data changes identity then). */
@@ -354,15 +368,20 @@ export class Transformer {
   // -------------------------------------------------------------------------------------------
   // Weights
 
-  /** A copy of every parameter's values. */
+  /** A copy of every parameter's values, [in, out] whatever the layout of `products`. */
   readWeights(): Weights {
-    return copyValues(this.params)
+    const weights = copyValues(this.params)
+    const layout = layoutOf(this.kind)
+    for (const [name, shape] of Object.entries(parameterShapes(this.config))) weights[name] = fromLayout(name, shape, weights[name]!, layout)
+    return weights
   }
 
-  /** Replaces every parameter's values (checked against the config first: all or nothing). */
+  /** Replaces every parameter's values ([in, out]; checked against the config first: all or nothing). */
   setWeights(weights: Weights, version?: number): void {
-    checkWeights(parameterShapes(this.config), weights)
-    for (const [name, v] of this.params) assignValues(v, weights[name]!)
+    const shapes = parameterShapes(this.config)
+    checkWeights(shapes, weights)
+    const layout = layoutOf(this.kind)
+    for (const [name, v] of this.params) assignValues(v, toLayout(name, shapes[name]!, weights[name]!, layout))
     if (version !== undefined) this.version = version
   }
 
@@ -371,6 +390,13 @@ export class Transformer {
     for (const v of this.params.values()) v.dispose()
     for (const v of this.adapters?.variables.values() ?? []) v.dispose()
   }
+}
+
+/** A trainable variable holding `initial` (which it takes over). */
+const variableOf = (initial: tf.Tensor): tf.Variable => {
+  const variable = tf.variable(initial, true)
+  initial.dispose()
+  return variable
 }
 
 /** A copy of each variable's values, by name. */

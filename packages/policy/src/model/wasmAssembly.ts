@@ -45,6 +45,7 @@ export const i32 = (v: number) => [I32_CONST, ...sleb(v)]
 // Memory (align 2^2 for f32, 2^4 for v128; `offset` a constant byte offset).
 export const F32_LOAD = [0x2a, 2, 0], F32_STORE = [0x38, 2, 0], F32_ADD = 0x92
 export const f32Load = (offset = 0) => [0x2a, 2, ...leb(offset)]
+export const f32Store = (offset = 0) => [0x38, 2, ...leb(offset)]
 // SIMD.
 export const SIMD = 0xfd
 export const V128_LOAD = [SIMD, 0x00, 2, 0], V128_STORE = [SIMD, 0x0b, 2, 0]

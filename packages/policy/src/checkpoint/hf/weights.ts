@@ -2,13 +2,15 @@
  * Hugging Face weights in and out: `model.safetensors`, or shards named by
  * `model.safetensors.index.json`, with Hugging Face tensor names and `nn.Linear`'s [out, in]
  * layout, stored as BF16, F16 or F32. The model keeps its own names and [in, out] matrices
- * (see model/config.ts `parameterShapes`), so loading renames, converts to float32 and
- * transposes — chunk by chunk, straight into each parameter's destination (a JS array, or the
- * tensor in the wasm heap), so a large checkpoint is never in memory twice.
+ * (see model/config.ts `parameterShapes`; a model multiplied in place keeps [out, in]), so
+ * loading renames, converts to float32 and transposes where needed — chunk by chunk, straight
+ * into each parameter's destination (a JS array, or the tensor in the wasm heap), so a large
+ * checkpoint is never in memory twice.
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { type ModelConfig, parameterCount, parameterShapes } from "../../model/config.js"
+import type { MatrixLayout } from "../../model/matrixLayout.js"
 import type { Weights } from "../../model/weights.js"
 import { transpose, transposeInto } from "../../model/transpose.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
@@ -100,7 +102,7 @@ const shardMap = async (dir: string): Promise<Map<string, string>> => {
 }
 
 /**
- * Where the loader writes each parameter (float32, our names and [in, out] layout): `alloc`
+ * Where the loader writes each parameter (float32, our names, the layout asked for): `alloc`
  * makes its destination, `values` returns the values to write into — asked again for every
  * chunk, since a view of the wasm heap does not outlive an allocation — and `dispose` drops a
  * destination when the load fails.
@@ -142,9 +144,10 @@ export const readHfWeights = (dir: string, config: ModelConfig): Promise<Weights
  * `readHfWeights` into destinations of the caller's (`sink`). Everything the headers can tell —
  * missing, misshapen, unexpected tensors, dtypes, the recorded version — is checked before any
  * data is read; then each file is read once, in file order (its checksum computed on the way),
- * every chunk converted and transposed straight into its destination: no fresh array per tensor.
+ * every chunk converted (and, for "inOut", transposed) straight into its destination: no fresh
+ * array per tensor. `layout`: how the linear layers' matrices are wanted (config.ts).
  */
-export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink: WeightSink<T>): Promise<Record<string, T>> => {
+export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink: WeightSink<T>, layout: MatrixLayout = "inOut"): Promise<Record<string, T>> => {
   const shards = await shardMap(dir)
   const fileOf = (hf: string) => shards.get(hf) ?? (shards.size === 0 ? HF_WEIGHTS_FILE : undefined)
   const readers = new Map<string, SafetensorsReader>()
@@ -182,7 +185,8 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
       }
       if (!FLOAT_DTYPES.includes(header.dtype)) throw new HfWeightsError(full, `tensor ${hf}: dtype ${header.dtype} is not a float format this loader converts (F32, BF16, F16)`)
       if (!plan.has(file)) plan.set(file, new Map())
-      plan.get(file)!.set(hf, { name, shape, stored, transpose: t })
+      const transpose = t && layout === "inOut"
+      plan.get(file)!.set(hf, { name, shape: transpose ? shape : stored, stored, transpose })
     }
     // Every tensor of the files must be one the model uses.
     if (config.tieEmbeddings) expected.add("lm_head.weight")
@@ -227,7 +231,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
       }
     }
     // Tensors with no elements were never visited.
-    for (const [name, shape] of Object.entries(shapes)) if (!out.has(name)) out.set(name, sink.alloc(name, shape))
+    for (const [name, shape] of Object.entries(shapes)) if (!out.has(name)) out.set(name, sink.alloc(name, hfName(name).transpose && layout === "outIn" ? [shape[1]!, shape[0]!] : shape))
     return Object.fromEntries(out)
   } catch (e) {
     for (const dest of out.values()) sink.dispose(dest)
