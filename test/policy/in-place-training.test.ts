@@ -138,6 +138,8 @@ describe("LoRA training with the base multiplied in place", () => {
       const got = run(heap, "heap")
       expect(got.length).toBe(want.length)
       expect(maxAbsDiff(got, want)).toBeLessThan(1e-5)
+      // The model held [out, in] can still feed tfjs's matmul: its adapters merged in its layout (mergedTensors), then transposed.
+      expect(maxAbsDiff(run(heap, "tfjs"), want)).toBeLessThan(1e-5)
       // And the adapters count: without them the logits differ.
       const plain = Transformer.init(config, 7)
       plain.products = "heap"
