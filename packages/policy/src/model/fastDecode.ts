@@ -8,8 +8,8 @@
  *                    device (on wasm: XNNPACK SIMD, its packed weights cached per tensor; ~15x a
  *                    JS loop); on wasm for a model whose packed copies would not fit, the same
  *                    product in place over the model's own [out, in] matrices (`gemm: "heap"`,
- *                    gemmKernel.ts; LoRA adapters unmerged, added as a rank-r JS loop); or a JS dot-product loop
- *                    over transposed weights (`gemm: "js"`, used on the cpu backend)
+ *                    gemmKernel.ts; LoRA adapters unmerged, added as a rank-r JS loop); or a JS
+ *                    dot-product loop over transposed weights (`gemm: "js"`, on the cpu backend)
  *   MLP, ≥ 4 rows    W2·(silu(W1·h) ⊙ W3·h) as one short chain of tfjs ops (vectorized sigmoid)
  *   attention        the SIMD wasm kernels of attentionKernel.ts, over caches in their memory
  *   everything else  norms, rotary embedding, softmax, residuals: JS loops over reused buffers

@@ -19,8 +19,7 @@ export const isLinearMatrix = (name: string, shape: ReadonlyArray<number>): bool
 /** `parameterShapes` as held in `layout`: with "outIn" each linear layer's matrix is [out, in]. */
 export const storedShapes = (c: ModelConfig, layout: MatrixLayout): Record<string, ReadonlyArray<number>> => {
   const shapes = parameterShapes(c)
-  if (layout === "inOut") return shapes
-  return Object.fromEntries(Object.entries(shapes).map(([name, s]) => [name, isLinearMatrix(name, s) ? [s[1]!, s[0]!] : s]))
+  return layout === "inOut" ? shapes : Object.fromEntries(Object.entries(shapes).map(([name, s]) => [name, storedShape(name, s, layout)]))
 }
 
 /**

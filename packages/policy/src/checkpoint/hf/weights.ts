@@ -10,7 +10,7 @@
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { type ModelConfig, parameterCount, parameterShapes } from "../../model/config.js"
-import type { MatrixLayout } from "../../model/matrixLayout.js"
+import { type MatrixLayout, storedShapes } from "../../model/matrixLayout.js"
 import type { Weights } from "../../model/weights.js"
 import { transpose, transposeInto } from "../../model/transpose.js"
 import { f32ToBf16, f32ToF16, toF32 } from "../dtype.js"
@@ -145,7 +145,7 @@ export const readHfWeights = (dir: string, config: ModelConfig): Promise<Weights
  * missing, misshapen, unexpected tensors, dtypes, the recorded version — is checked before any
  * data is read; then each file is read once, in file order (its checksum computed on the way),
  * every chunk converted (and, for "inOut", transposed) straight into its destination: no fresh
- * array per tensor. `layout`: how the linear layers' matrices are wanted (config.ts).
+ * array per tensor. `layout`: how the linear layers' matrices are wanted (matrixLayout.ts).
  */
 export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink: WeightSink<T>, layout: MatrixLayout = "inOut"): Promise<Record<string, T>> => {
   const shards = await shardMap(dir)
@@ -170,6 +170,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
     const plan = new Map<string, Map<string, Target>>() // file → stored name → target
     const expected = new Set<string>()
     const shapes = parameterShapes(config)
+    const held = storedShapes(config, layout)
     for (const [name, shape] of Object.entries(shapes)) {
       const { hf, transpose: t } = hfName(name)
       expected.add(hf)
@@ -185,8 +186,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
       }
       if (!FLOAT_DTYPES.includes(header.dtype)) throw new HfWeightsError(full, `tensor ${hf}: dtype ${header.dtype} is not a float format this loader converts (F32, BF16, F16)`)
       if (!plan.has(file)) plan.set(file, new Map())
-      const transpose = t && layout === "inOut"
-      plan.get(file)!.set(hf, { name, shape: transpose ? shape : stored, stored, transpose })
+      plan.get(file)!.set(hf, { name, shape: held[name]!, stored, transpose: t && layout === "inOut" })
     }
     // Every tensor of the files must be one the model uses.
     if (config.tieEmbeddings) expected.add("lm_head.weight")
@@ -231,7 +231,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
       }
     }
     // Tensors with no elements were never visited.
-    for (const [name, shape] of Object.entries(shapes)) if (!out.has(name)) out.set(name, sink.alloc(name, hfName(name).transpose && layout === "outIn" ? [shape[1]!, shape[0]!] : shape))
+    for (const [name, shape] of Object.entries(held)) if (!out.has(name)) out.set(name, sink.alloc(name, shape))
     return Object.fromEntries(out)
   } catch (e) {
     for (const dest of out.values()) sink.dispose(dest)
