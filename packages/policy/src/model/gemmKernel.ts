@@ -108,13 +108,15 @@ const gemmNtBody = (): Array<number> => {
   const plus = (base: number, stride: number, r: number) => (r === 0 ? [GET, base] : [GET, base, GET, stride, ...i32(r), I32_MUL, I32_ADD])
   const lanesSum = (v: number) => [GET, v, ...lane(0), GET, v, ...lane(1), F32_ADD, GET, v, ...lane(2), F32_ADD, GET, v, ...lane(3), F32_ADD]
   return [
-    ...vec([[10, I32], [11, V128]]), // I, J, KK (unused), W0, W1, X0..X3, OP; accumulators, b0, b1, xv
+    ...vec([[10, I32], [11, V128]]), // I, J, KK (byte offset along the shared dimension), W0, W1, X0..X3, OP; accumulators, b0, b1, xv
     ...i32(0), SET, J,
     LOOP, VOID,
     GET, W, GET, J, GET, WS, I32_MUL, I32_ADD, TEE, W0, GET, WS, I32_ADD, SET, W1,
     ...i32(0), SET, I,
     LOOP, VOID,
-    ...Array.from({ length: MR }, (_, r) => [...plus(X, XS, 0), GET, I, GET, XS, I32_MUL, I32_ADD, ...(r === 0 ? [] : [GET, XS, ...i32(r), I32_MUL, I32_ADD]), SET, X0 + r]).flat(),
+    // X0 = x + i·xs, the tile's row r at X0 + r·xs.
+    GET, X, GET, I, GET, XS, I32_MUL, I32_ADD, SET, X0,
+    ...Array.from({ length: MR - 1 }, (_, r) => [...plus(X0, XS, r + 1), SET, X0 + r + 1]).flat(),
     ...Array.from({ length: MR * NT_COLS }, (_, a) => [...V128_ZERO, SET, OP2 + 1 + a]).flat(),
     ...i32(0), SET, KK,
     LOOP, VOID,
