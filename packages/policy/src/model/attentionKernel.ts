@@ -49,7 +49,7 @@ const whileVectorsLeft = (step: number, body: Array<number>) => whileRoomFor(T, 
 
 /**
  * out[r] = Σ_t a[t]·row_r[t]: one query against `rows` keys, or one row of x against the rows of
- * a matrix stored [out, in] (gemmKernel.ts `heapDotRowsInto`). Four vectors per pass into four
+ * a matrix stored [out, in] (gemmKernel.ts `heapGemmNtInto`). Four vectors per pass into four
  * accumulators, then the rest one by one: one row's product over Qwen3-0.6B's matrices stored so
  * streamed at ~21 GB/s here (eight per pass: ~18; `axpy_rows` over [in, out]: ~16, same process).
  */
