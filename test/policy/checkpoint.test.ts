@@ -172,7 +172,7 @@ describe("reading a file once", () => {
     await expectChecksumFailure(file, flipped, () => false)
   })
 
-  it("scan of a file past 64 MiB: checksummed by a second thread from the same reads, a flipped bit found, a failing visit leaves the reader usable", async () => {
+  it("scan of a file past 64 MiB: checksummed by a second thread from the same reads (the first chunks here until it has started), a flipped bit found, a failing visit leaves the reader usable", async () => {
     // 17M floats: 68 MB of data, hashed by checksumThread.ts's worker rather than on the way.
     const big = Float32Array.from({ length: 17 << 20 }, (_, i) => i % 65521)
     const bytes = encodeSafetensors({ big: { dtype: "F32", shape: [17 << 10, 1 << 10], data: big } })
@@ -189,6 +189,9 @@ describe("reading a file once", () => {
       let chunks = 0
       await reader.scan(() => true, (_, __, chunk, first) => {
         chunks++
+        // Slow visits (~15 ms each, as a large load's are): the thread starts midway, so this
+        // thread hashes the first chunks and hands the CRC over to it.
+        for (const until = performance.now() + 15; performance.now() < until;);
         expect(chunk.buffer).toBeInstanceOf(SharedArrayBuffer) // the hashing thread's buffers
         back.set(new Float32Array(chunk.buffer.slice(chunk.byteOffset, chunk.byteOffset + chunk.length)), first)
       })
@@ -202,7 +205,7 @@ describe("reading a file once", () => {
     await expectChecksumFailure(file, flipped, () => true)
   })
 
-  it("the hashing thread: bytes handed over in shared buffers hash as node:zlib and node:crypto hash them; its buffers come back; a stopped thread fails its digest", async () => {
+  it("the hashing thread: bytes handed over in shared buffers hash as node:zlib and node:crypto hash them; its buffers come back; a CRC-32 continues from a value handed over; a stopped thread fails its digest", async () => {
     for (const algorithm of ["crc32", "sha256"] as const) {
       const thread = ChecksumThread.tryStart(algorithm, 2, 1000)
       expect(thread).toBeDefined()
@@ -224,6 +227,20 @@ describe("reading a file once", () => {
       } finally {
         await thread!.stop()
       }
+    }
+    // A CRC-32 started elsewhere: the thread says it is ready, then continues from the value handed over.
+    const thread = ChecksumThread.tryStart("crc32", 1, 1000)!
+    try {
+      const bytes = Uint8Array.from({ length: 1000 }, (_, i) => (i * 7) & 255)
+      for (let i = 0; i < 200 && !thread.ready; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+      expect(thread.ready).toBe(true)
+      const before = crc32(bytes.subarray(0, 300))
+      thread.continueFrom(before.toString(16).padStart(8, "0"))
+      thread.slots[0]!.set(bytes.subarray(300))
+      thread.update(0, 700)
+      expect(await thread.digest()).toBe(crc32(bytes).toString(16).padStart(8, "0"))
+    } finally {
+      await thread.stop()
     }
     const stopped = ChecksumThread.tryStart("crc32", 1, 8)!
     stopped.update(0, 8)

@@ -32,6 +32,7 @@ import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
 import { isWasm, reserveHeap, uninitialized, view } from "../model/heap.js"
+import { HeapTransposer } from "../model/transposeKernel.js"
 import { decodeHfConfig, type HfModelConfig } from "./hf/config.js"
 import { asHfModel, hfModelFiles, isHfConfig, STALE_SHARD_INDEX } from "./hf/hfModel.js"
 import { ADAPTER_CONFIG_FILE, readPeftAdapter } from "./hf/peft.js"
@@ -156,13 +157,19 @@ type ModelDirOf<T> = Omit<ModelDir, "weights" | "hf"> & { readonly weights: Reco
  * Each weight straight into a tensor in the wasm heap, its only copy: no JS array per tensor,
  * whose first touch (page faults) costs more than reading the file on some machines. The heap
  * grows once for all of them (`reserveHeap`); each is allocated unwritten (`uninitialized`): the
- * loader writes every value, and writing zeros first took a sixth of a 0.6 B-parameter model's load.
+ * loader writes every value, and writing zeros first took a sixth of a 0.6 B-parameter model's
+ * load. Matrices turned [in, out] are transposed by a SIMD kernel in the heap (transposeKernel.ts).
  */
-const heapSink: WeightSink<tf.Tensor> = {
-  reserve: (values) => reserveHeap(4 * values),
-  alloc: (_, shape) => uninitialized(shape),
-  values: view,
-  dispose: (t) => t.dispose()
+const heapSink = (): WeightSink<tf.Tensor> => {
+  const transposer = new HeapTransposer()
+  return {
+    reserve: (values) => reserveHeap(4 * values),
+    alloc: (_, shape) => uninitialized(shape),
+    values: view,
+    transpose: (t, values, rows, cols, stride, offset) => transposer.into(values, t, rows, cols, stride, offset),
+    dispose: (t) => t.dispose(),
+    close: () => transposer.dispose()
+  }
 }
 
 /**
@@ -268,7 +275,7 @@ export const saveModel = (
 export const loadModel = (dir: string): Effect.Effect<Omit<ModelDir, "weights"> & { readonly model: Transformer }, CheckpointError> =>
   Effect.suspend(() =>
     isWasm() && !isAdapterDir(dir)
-      ? loadFullModelDir(dir, heapSink, (config) => layoutOf(defaultProducts(config))).pipe(
+      ? loadFullModelDir(dir, heapSink(), (config) => layoutOf(defaultProducts(config))).pipe(
           Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromTensors(rest.config, new Map(Object.entries(weights)), defaultProducts(rest.config)) }))
         )
       : loadModelDir(dir).pipe(Effect.map(({ weights, ...rest }) => ({ ...rest, model: Transformer.fromWeights(rest.config, weights) })))

@@ -45,12 +45,22 @@ const SCAN_CHUNK = 4 << 20
 /** Data sections from this size on are hashed by a second thread (checksumThread.ts); below it, starting one costs more than it saves. */
 const BACKGROUND_HASH_BYTES = 64 << 20
 /**
- * Buffers the reader and the hashing thread share: the slack between them. The thread takes
- * ~50–90 ms to start, in which the reader fills buffers it cannot yet hand back; with 4 the reader
- * waited there (a SmolLM2-135M load here, 4 runs each, interleaved: 0.87–1.19 s with 4 buffers,
- * 0.78–1.04 s with 24). 24 × 4 MiB = 96 MiB, held while a file of 64 MiB or more is read.
+ * Buffers the reader and the hashing thread share: the slack between them, and room for the
+ * reads ahead. A CRC-32 reader hashes the chunks itself until the thread has started (~35 ms
+ * here), so a few buffers are slack enough. With 24, and the reader waiting for the thread to
+ * start, a SmolLM2-135M scan with nothing to visit read 1.8 GB/s (first touching 96 MiB of
+ * buffers, and waiting); 2.6–2.9 with the hand-over (4 buffers, one read ahead); 7 with no
+ * checksum. A SHA-256 (files written before 2026-12-07) cannot be handed over midway: the thread
+ * hashes all of it, and the reader fills buffers while it starts.
  */
-const HASH_SLOTS = 24
+const HASH_SLOTS: Record<ChecksumAlgorithm, number> = { crc32: 8, sha256: 24 }
+/**
+ * Chunks read ahead of the one `visit` has. With one, a short visit (a norm's few floats) left
+ * the next large read to be waited for whole, and reads slowed by the hashing thread's share of
+ * the second core were waited for too: a SmolLM2-135M scan (visits of 0.5 ms per MB, like the
+ * loader's) waited 41–68 ms for reads with one ahead, 8–17 with four (and 8 hashing buffers).
+ */
+const READ_AHEAD = 4
 const littleEndian = endianness() === "LE"
 
 const mismatch = (algorithm: ChecksumAlgorithm) =>
@@ -271,48 +281,62 @@ export class SafetensorsReader {
   /**
    * Reads the data section once, in file order, handing `visit` each tensor in chunks of whole
    * rows of its last axis (at most 4 MiB unless one row is larger): the chunk's bytes and the
-   * index of its first element. The next chunk is read (on libuv's threads) while `visit` runs,
-   * into another buffer; a chunk's bytes are overwritten after the next one, so `visit` must be
-   * done with them when it returns. Tensors `wanted` rejects are skipped — unless the file
+   * index of its first element. The next chunks (READ_AHEAD) are read on libuv's threads while
+   * `visit` runs, into other buffers; a chunk's bytes are overwritten once `visit` returns, so it
+   * must be done with them by then. Tensors `wanted` rejects are skipped — unless the file
    * records a checksum (checksum.ts): then every byte is hashed (a large file's by a second
-   * thread, from the same buffers as `visit` reads; a small file's here), and a mismatch throws
-   * once all are read, so a caller builds nothing from what it was handed until `scan` has
-   * returned.
+   * thread, from the same buffers as `visit` reads, a CRC-32's first chunks here while that
+   * thread starts; a small file's here), and a mismatch throws once all are read, so a caller
+   * builds nothing from what it was handed until `scan` has returned.
    */
   async scan(wanted: (name: string) => boolean, visit: (name: string, tensor: TensorHeader, bytes: Uint8Array, firstElement: number) => void): Promise<void> {
     const expected = recordedChecksum(this.header.metadata)
     const chunks = this.chunks((name) => wanted(name) || expected !== undefined)
     const size = chunks.reduce((m, c) => Math.max(m, c.length), 0)
-    const thread = expected !== undefined && this.header.dataLength >= BACKGROUND_HASH_BYTES ? ChecksumThread.tryStart(expected.algorithm, HASH_SLOTS, size) : undefined
-    const hash = expected !== undefined && thread === undefined ? makeChecksum(expected.algorithm) : undefined
-    const buffers = thread?.slots ?? [new Uint8Array(size), new Uint8Array(size)]
-    // The read is issued before this returns whenever its buffer is free: `visit` runs
-    // synchronously next, and a read begun in a microtask would begin only once `visit` is done.
-    const read = (k: number): Promise<void> => {
+    const thread = expected !== undefined && this.header.dataLength >= BACKGROUND_HASH_BYTES ? ChecksumThread.tryStart(expected.algorithm, HASH_SLOTS[expected.algorithm], size) : undefined
+    // Hashes here: everything without a thread; with one, a CRC-32's first chunks, until it has started.
+    const hash = expected !== undefined ? makeChecksum(expected.algorithm) : undefined
+    let threadHashes = thread !== undefined && expected?.algorithm === "sha256"
+    const buffers = thread?.slots ?? Array.from({ length: READ_AHEAD + 1 }, () => new Uint8Array(size))
+    const ahead = Math.min(READ_AHEAD, buffers.length - 1)
+    // Reads in flight, by chunk. Each is issued as soon as its buffer is free (at once when it
+    // is): `visit` runs synchronously next, and a read begun in a microtask would begin only once
+    // `visit` is done.
+    const reads = new Map<number, Promise<void>>()
+    const read = (k: number): void => {
+      if (k >= chunks.length) return
       const { at, length, name } = chunks[k]!
       const slot = k % buffers.length
       const go = () => this.readFully(buffers[slot]!.subarray(0, length), at, name)
-      return thread === undefined || thread.isFree(slot) ? go() : thread.free(slot).then(go)
+      const done = thread === undefined || thread.isFree(slot) ? go() : thread.free(slot).then(go)
+      // A read that fails while an earlier one is awaited is not unhandled: it throws when its turn comes.
+      done.catch(() => {})
+      reads.set(k, done)
     }
-    let pending = chunks.length > 0 ? read(0) : Promise.resolve()
+    for (let k = 0; k < ahead; k++) read(k)
     try {
       for (let k = 0; k < chunks.length; k++) {
-        await pending
-        pending = k + 1 < chunks.length ? read(k + 1) : Promise.resolve()
+        await reads.get(k)
+        reads.delete(k)
+        // Into the buffer of chunk k + ahead - buffers.length, which `visit` is done with.
+        read(k + ahead)
         const { name, tensor, at, length } = chunks[k]!
         const bytes = buffers[k % buffers.length]!.subarray(0, length)
-        thread?.update(k % buffers.length, length)
-        hash?.update(bytes)
+        if (!threadHashes && thread?.ready === true) {
+          thread.continueFrom(hash!.digest())
+          threadHashes = true
+        }
+        if (threadHashes) thread!.update(k % buffers.length, length)
+        else hash?.update(bytes)
         if (wanted(name)) visit(name, tensor, bytes, (at - tensor.begin) / ELEMENT_BYTES[tensor.dtype])
       }
-      await pending
       if (expected === undefined) return
       // The thread failing is not the file's fault: then the data is read again and hashed here.
-      const digest = hash?.digest() ?? (await thread!.digest().catch(() => this.checksum(expected.algorithm)))
+      const digest = threadHashes ? await thread!.digest().catch(() => this.checksum(expected.algorithm)) : hash!.digest()
       if (digest !== expected.hex) throw mismatch(expected.algorithm)
     } catch (e) {
       // No read may still be writing into the buffers (or using the descriptor) once this returns.
-      await pending.catch(() => {})
+      await Promise.allSettled(reads.values())
       throw e
     } finally {
       await thread?.stop()

@@ -26,8 +26,9 @@ import type { ModelConfig } from "./config.js"
 import { wasmPacksWeights } from "./memory.js"
 import {
   BR_IF_0, END, F32_ADD, F32X4_ADD, F32X4_MUL, F32X4_SPLAT, f32Load, f32Store, GET, HEADER, I32, I32_ADD, I32_LT_U, I32_MUL, I32_SHL, i32, lane, leb,
-  LOOP, section, SET, str, TEE, V128, V128_ZERO, v128Load, v128Store, vec, VOID, voidType, WebAssembly
+  LOOP, section, SET, str, TEE, V128, V128_ZERO, v128Load, v128Store, vec, VOID, voidType
 } from "./wasmAssembly.js"
+import { heapFloats, heapModule, heapOffset } from "./heap.js"
 
 /** Columns of W per tile: two 4-float vectors. */
 const NR = 8
@@ -160,24 +161,19 @@ type AxpyRows = (a: number, b: number, rows: number, stride: number, len: number
 /** out[r] = Σ_t a[t]·b[r·stride + t] for r < rows (byte addresses; len and stride multiples of 16). */
 type DotRows = AxpyRows
 
-interface WasmBackendInternals {
-  readonly wasm: { readonly asm?: { readonly memory?: object }; readonly HEAPF32: Float32Array }
-  readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
+interface Kernel {
+  readonly gemm4: Gemm
+  readonly gemmNt: Gemm
+  readonly axpyRows: AxpyRows
+  readonly dotRows: DotRows
 }
 
-let instance: { readonly memory: object; readonly gemm4: Gemm; readonly gemmNt: Gemm; readonly axpyRows: AxpyRows; readonly dotRows: DotRows } | null | undefined
-
-const internals = (): WasmBackendInternals => tf.backend() as unknown as WasmBackendInternals
+const exportsOnHeap = heapModule(kernelBytes)
 
 /** The kernel bound to the current wasm backend's memory; null where wasm SIMD or that memory is missing. */
-const kernel = () => {
-  if (tf.getBackend() !== "wasm") return null
-  const memory = internals().wasm.asm?.memory
-  if (instance !== undefined && (instance === null || instance.memory === memory)) return instance
-  const bytes = kernelBytes()
-  if (memory === undefined || !WebAssembly.validate(bytes)) return (instance = null)
-  const exports = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports
-  return (instance = { memory, gemm4: exports["gemm_4"] as Gemm, gemmNt: exports["gemm_nt"] as Gemm, axpyRows: exports["axpy_rows"] as AxpyRows, dotRows: exports["dot_rows"] as DotRows })
+const kernel = (): Kernel | null => {
+  const e = exportsOnHeap()
+  return e === null ? null : { gemm4: e["gemm_4"] as Gemm, gemmNt: e["gemm_nt"] as Gemm, axpyRows: e["axpy_rows"] as AxpyRows, dotRows: e["dot_rows"] as DotRows }
 }
 
 /** Whether in-place products can run here (the wasm backend, with SIMD). */
@@ -190,9 +186,11 @@ export const heapGemmAvailable = (): boolean => kernel() !== null
 export const multipliesInPlace = (config: ModelConfig): boolean => tf.getBackend() === "wasm" && !wasmPacksWeights(config) && heapGemmAvailable()
 
 const offsetOf = (t: tf.Tensor): number => {
-  const info = internals().dataIdMap.get(t.dataId)
-  if (info === undefined) throw new Error("heapGemm: a tensor that is not on the wasm backend")
-  return info.memoryOffset
+  try {
+    return heapOffset(t)
+  } catch {
+    throw new Error("heapGemm: a tensor that is not on the wasm backend")
+  }
 }
 
 const boundKernel = (name: string) => {
@@ -236,7 +234,7 @@ export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, c
   const quads = cols - (cols % 4)
   if (full > 0 && panels > 0) {
     // The tiles accumulate into out: zero it first (in one run when the columns are all of it).
-    const heap = internals().wasm.HEAPF32
+    const heap = heapFloats()
     if (width === cols) heap.fill(0, oo >>> 2, (oo >>> 2) + full * cols)
     else for (let i = 0; i < full; i++) heap.fill(0, (oo >>> 2) + i * width, (oo >>> 2) + i * width + panels)
     for (let k0 = 0; k0 < k; k0 += K_BLOCK) {
@@ -248,7 +246,7 @@ export const heapGemmInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D, c
       kern.axpyRows(xo + i * k * 4, wo + j * 4, k, cols * 4, Math.min(ROW_BLOCK, quads - j) * 4, oo + (i * width + j) * 4)
     }
   }
-  const heap = internals().wasm.HEAPF32
+  const heap = heapFloats()
   const rest = (i0: number, i1: number, j0: number) => {
     for (let i = i0; i < i1; i++) {
       for (let j = j0; j < cols; j++) {
@@ -289,7 +287,7 @@ export const heapGemmNtInto = (x: tf.Tensor2D, w: tf.Tensor2D, out: tf.Tensor2D,
   const width = out.shape[1]
   checkShapes("heapGemmNt", x, w, out, k === kw, cols, column)
   const xo = offsetOf(x), wo = offsetOf(w), oo = offsetOf(out) + (column ?? 0) * 4
-  const heap = internals().wasm.HEAPF32
+  const heap = heapFloats()
   if (k % 4 !== 0) {
     // Rows that are not whole vectors (no model's hidden size): a JS loop.
     for (let i = 0; i < rows; i++) {

@@ -16,7 +16,8 @@ import * as tf from "@tensorflow/tfjs"
 interface WasmBackendLike {
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array
   makeOutput(shape: Array<number>, dtype: tf.DataType): tf.TensorInfo
-  readonly wasm: { readonly HEAPU8: Uint8Array }
+  readonly wasm: { readonly HEAPU8: Uint8Array; readonly HEAPF32: Float32Array; readonly asm?: { readonly memory?: object } }
+  readonly dataIdMap: { get(dataId: object): { readonly memoryOffset: number } | undefined }
 }
 
 /** The most the wasm heap can grow to (emscripten's `getHeapMax`: 4 GiB less one 64 KiB page). */
@@ -49,6 +50,43 @@ export const uninitialized = (shape: ReadonlyArray<number>): tf.Tensor =>
 export const reserveHeap = (bytes: number): void => {
   if (!isWasm() || wasmBackend().wasm.HEAPU8.length + bytes > WASM_HEAP_MAX) return
   uninitialized([Math.ceil(bytes / 4)]).dispose()
+}
+
+/** The byte offset of a tensor's values in the wasm heap. */
+export const heapOffset = (t: tf.Tensor): number => {
+  const info = wasmBackend().dataIdMap.get(t.dataId)
+  if (info === undefined) throw new Error("a tensor that is not on the wasm backend")
+  return info.memoryOffset
+}
+
+/** The whole wasm heap as floats, valid until the next tfjs call that allocates. */
+export const heapFloats = (): Float32Array => wasmBackend().wasm.HEAPF32
+
+// The parts of the WebAssembly JS API used here (TypeScript's "dom" lib is not loaded).
+interface WasmInstantiation {
+  validate(bytes: Uint8Array): boolean
+  Module: new (bytes: Uint8Array) => object
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
+}
+const WebAssembly = (globalThis as unknown as { WebAssembly: WasmInstantiation }).WebAssembly
+
+/**
+ * A hand-assembled module (gemmKernel.ts, transposeKernel.ts) that imports the wasm backend's
+ * memory as `env.memory`, so its functions work on tensors where they live, by byte offset: a
+ * getter of its exports, instantiated once per memory; null off the wasm backend, or where the
+ * bytes do not validate (a runtime without wasm SIMD).
+ */
+export const heapModule = (bytes: () => Uint8Array): (() => Record<string, unknown> | null) => {
+  let bound: { readonly memory: object | undefined; readonly exports: Record<string, unknown> | null } | undefined
+  return () => {
+    if (!isWasm()) return null
+    const memory = wasmBackend().wasm.asm?.memory
+    if (bound !== undefined && bound.memory === memory) return bound.exports
+    const code = bytes()
+    const exports = memory === undefined || !WebAssembly.validate(code) ? null : new WebAssembly.Instance(new WebAssembly.Module(code), { env: { memory } }).exports
+    bound = { memory, exports }
+    return exports
+  }
 }
 
 /** A float32 tensor holding a copy of `data` (which the caller may reuse right away). */

@@ -54,6 +54,8 @@ export const v128Store = (offset = 0) => [SIMD, 0x0b, 4, ...leb(offset)]
 export const V128_ZERO = [SIMD, 0x0c, ...new Array<number>(16).fill(0)]
 export const F32X4_SPLAT = [SIMD, 0x13], F32X4_ADD = [SIMD, ...leb(0xe4)], F32X4_MUL = [SIMD, ...leb(0xe6)]
 export const lane = (i: number) => [SIMD, 0x1f, i]
+/** i8x16.shuffle picking four floats: lanes 0-3 of the first operand, 4-7 of the second. */
+export const f32x4Shuffle = (lanes: readonly [number, number, number, number]) => [SIMD, 0x0d, ...lanes.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3])]
 
 /** A function type (params, all i32 here) → (). */
 export const voidType = (params: number) => [0x60, ...vec(Array.from({ length: params }, () => [I32])), 0]

@@ -112,7 +112,15 @@ export interface WeightSink<T> {
   reserve?(values: number): void
   alloc(name: string, shape: ReadonlyArray<number>): T
   values(dest: T): Float32Array
+  /**
+   * Writes `values`, rows of a stored [rows, cols] matrix, transposed into `dest` ([cols, stride])
+   * from column `offset` on, as `transposeInto` (transpose.ts) does over `values(dest)` when the
+   * sink has no faster way.
+   */
+  transpose?(dest: T, values: Float32Array, rows: number, cols: number, stride: number, offset: number): void
   dispose(dest: T): void
+  /** Called once when the load is over, done or failed: drops what the sink held for it. */
+  close?(): void
 }
 
 /** Each parameter into a fresh Float32Array. */
@@ -224,7 +232,8 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
           const values = tensor.dtype === "F32" ? (stored as Float32Array) : toF32(tensor.dtype, stored, converted.subarray(0, n))
           const [rows, cols] = target.stored as [number, number]
           // Rows first / cols.. of the stored [rows, cols] matrix, into its transpose [cols, rows].
-          transposeInto(values, sink.values(dest), n / cols, cols, rows, first / cols)
+          if (sink.transpose !== undefined) sink.transpose(dest, values, n / cols, cols, rows, first / cols)
+          else transposeInto(values, sink.values(dest), n / cols, cols, rows, first / cols)
         })
       } catch (e) {
         throw new HfWeightsError(path.join(dir, file), (e as Error).message)
@@ -237,6 +246,7 @@ export const readHfParameters = async <T>(dir: string, config: ModelConfig, sink
     for (const dest of out.values()) sink.dispose(dest)
     throw e
   } finally {
+    sink.close?.()
     await Promise.all([...readers.values()].map((r) => r.close()))
   }
 }
