@@ -12,6 +12,7 @@
  * adopts `values` without copying, so there we copy on upload instead.
  */
 import * as tf from "@tensorflow/tfjs"
+import { WebAssembly } from "./wasmAssembly.js"
 
 interface WasmBackendLike {
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array
@@ -61,14 +62,6 @@ export const heapOffset = (t: tf.Tensor): number => {
 
 /** The whole wasm heap as floats, valid until the next tfjs call that allocates. */
 export const heapFloats = (): Float32Array => wasmBackend().wasm.HEAPF32
-
-// The parts of the WebAssembly JS API used here (TypeScript's "dom" lib is not loaded).
-interface WasmInstantiation {
-  validate(bytes: Uint8Array): boolean
-  Module: new (bytes: Uint8Array) => object
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> }
-}
-const WebAssembly = (globalThis as unknown as { WebAssembly: WasmInstantiation }).WebAssembly
 
 /**
  * A hand-assembled module (gemmKernel.ts, transposeKernel.ts) that imports the wasm backend's
