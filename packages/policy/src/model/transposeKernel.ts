@@ -3,7 +3,7 @@
  * checkpoint's [out, in] matrices into the [in, out] a model multiplied by tfjs holds
  * (matrixLayout.ts), since XNNPACK's matmul is fast only for that layout. Most of such a load is
  * this transpose: SmolLM2-135M turns 425 MB of its 540. Into fresh pages, alone, the JS loop
- * (transpose.ts) moved ~0.9 GB/s here and this kernel ~1.8 GB/s, counting the copy of each chunk
+ * (transpose.ts) moved ~0.9 GB/s here and this kernel 1.3–1.9 GB/s, counting the copy of each chunk
  * into the heap first (a module reads only its own memory), close to what the first touch of those
  * pages allows (~2.2 GB/s); in the loader, beside the reads and the checksum thread, ~0.26–0.32 s
  * for those 425 MB against ~0.35–0.46 s.
