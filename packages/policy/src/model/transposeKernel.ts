@@ -5,8 +5,8 @@
  * this transpose: SmolLM2-135M turns 425 MB of its 540. Into fresh pages, alone, the JS loop
  * (transpose.ts) moved ~0.9 GB/s here and this kernel 1.3–1.9 GB/s, counting the copy of each chunk
  * into the heap first (a module reads only its own memory), close to what the first touch of those
- * pages allows (~2.2 GB/s); in the loader, beside the reads and the checksum thread, ~0.26–0.32 s
- * for those 425 MB against ~0.35–0.46 s.
+ * pages allows (~2.2 GB/s); in the loader, beside the reads and the checksum thread, 0.24–0.46 s
+ * for those 425 MB against 0.33–0.57 s (interleaved scratch loads on a noisy host).
  *
  * `transpose_4x8` takes a block of 4 rows by 8 columns as eight vectors, transposes each 4×4
  * half with eight shuffles and stores eight vectors, one into each of 8 destination rows: 8
