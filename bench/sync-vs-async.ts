@@ -24,6 +24,7 @@
  *   --lr X                    learning rate (default 2e-4)      --seed N   task order and sampling (default 1)
  *   --timeout S               per-mode limit in seconds (default 300; --full 1800)
  *   --modes LIST              a subset, e.g. sync,split (the ratios need all four)
+ *   --out DIR                 where the results go (default bench/results/)
  *   --quick | --full          scale down (a smoke run) or up (a faithful run)
  */
 import { HarnessSpec, VerifierSpec } from "@reins/protocol"
@@ -185,6 +186,7 @@ const writeResults = (
   elapsedS: number
 ) => {
   const name = resultName(o)
+  const outDir = path.resolve(o.out ?? resultsDir)
   const summaries = Object.fromEntries(o.modes.map((m) => [m, modeSummary(m, figures)])) as Record<Mode, ReturnType<typeof modeSummary>>
   const all = o.modes.length === modes.length
   const perRepeat = all ? Array.from({ length: o.repeats }, (_, rep) => repeatRatios(figures.filter((f) => f.repeat === rep))) : []
@@ -228,9 +230,11 @@ const writeResults = (
     eval_samples: o.evalSamples,
     concurrency: Math.max(o.groups, o.asyncGroups) * o.n
   }
+  const backends = [...new Set(records.map((r) => r.backend))]
   const json = {
     harness: o.harness,
     base_model: baseSource,
+    device_backend: backends.join(", "),
     config,
     load_average: load,
     elapsed_s: elapsedS,
@@ -273,6 +277,7 @@ const writeResults = (
     o.reward === "shaped"
       ? "Training reward: shaped — the calc verifier's 1 for a right answer, else partial credit 0.5 × max(0, 1 − |answer − reference| / max(10, |reference|)) (bench/syncVsAsync/shaped-verify.mjs), so the weak base policy has reward variance in its groups; pass@1 counts exact answers only (the unmodified verifier)."
       : "Training reward: the harness's own verifier (exact).",
+    `Device backend: ${backends.join(", ")} (the device worker's tfjs backend; REINS_BACKEND picks it).`,
     `Machine: ${machine().cores} cores (${machine().cpu}), shared with other work: load average ${ld(load.before)} before, ${ld(load.after)} after. ${o.repeats} repeat(s) per mode, modes interleaved; spreads are min–max over repeats. Total ${elapsedS.toFixed(0)} s.`,
     "Rollouts/s = rollouts trained (in a published update) per second of wall time from the first task handed out to the last update; devices: collocated and sync 1, split 2 (generation + training).",
     "Device busy = generating / training / idle fractions of device-time (both devices in split). Paused = Gateway paused (split: generation stopped for the weight swap). Held calls = calls that waited at the pause gate (mean wait); added latency = mean / p95 of the part of a call's latency (as the harness saw it) that overlapped a pause, over the calls it delayed.",
@@ -311,12 +316,12 @@ const writeResults = (
       }))
     },
     notes
-  })
+  }, outDir)
   const first = records.filter((r) => r.repeat === 0)
   for (const r of first) {
     const f = figures.find((x) => x.repeat === 0 && x.mode === r.mode)!
     const title = `${r.mode}: ${f.rollouts_trained} rollouts trained in ${f.wall_s.toFixed(1)} s (${f.rollouts_per_s.toFixed(2)}/s on ${r.devices} device${r.devices > 1 ? "s" : ""}), ${o.harness}, tail ${o.tail}`
-    writeFileSync(path.join(resultsDir, `${name}-timeline-${r.mode}.svg`), timelineSvg(r, title) + "\n")
+    writeFileSync(path.join(outDir, `${name}-timeline-${r.mode}.svg`), timelineSvg(r, title) + "\n")
   }
   const curves = first.map((r) => ({
     mode: r.mode,
@@ -325,19 +330,19 @@ const writeResults = (
     finalPassAt1: r.finalPassAt1,
     wallS: (r.tEnd - r.t0) / 1000
   }))
-  writeFileSync(path.join(resultsDir, `${name}-reward.svg`), curvesSvg(curves, `Reward and test pass@1 over wall time (${o.harness}, first repeat)`) + "\n")
-  console.log(`wrote ${resultsDir}${name}-timeline-{${first.map((r) => r.mode).join(",")}}.svg and ${name}-reward.svg`)
-  renderPngs([...first.map((r) => `${name}-timeline-${r.mode}`), `${name}-reward`, name])
+  writeFileSync(path.join(outDir, `${name}-reward.svg`), curvesSvg(curves, `Reward and test pass@1 over wall time (${o.harness}, first repeat)`) + "\n")
+  console.log(`wrote ${path.join(outDir, name)}-timeline-{${first.map((r) => r.mode).join(",")}}.svg and ${name}-reward.svg`)
+  renderPngs(outDir, [...first.map((r) => `${name}-timeline-${r.mode}`), `${name}-reward`, name])
 }
 
 /** PNG copies of the figures (for READMEs) when `rsvg-convert` (librsvg) is installed; optional. */
-const renderPngs = (names: ReadonlyArray<string>) => {
+const renderPngs = (dir: string, names: ReadonlyArray<string>) => {
   if (spawnSync("rsvg-convert", ["--version"], { stdio: "ignore" }).status !== 0) {
     console.log("PNG copies skipped: rsvg-convert not found (apt-get install librsvg2-bin)")
     return
   }
   for (const n of names) {
-    const r = spawnSync("rsvg-convert", ["--background-color", "white", "-o", path.join(resultsDir, `${n}.png`), path.join(resultsDir, `${n}.svg`)], { encoding: "utf8" })
+    const r = spawnSync("rsvg-convert", ["--background-color", "white", "-o", path.join(dir, `${n}.png`), path.join(dir, `${n}.svg`)], { encoding: "utf8" })
     if (r.status !== 0) console.log(`PNG of ${n} failed: ${r.stderr.trim()}`)
   }
   console.log(`wrote PNG copies of ${names.length} figures`)

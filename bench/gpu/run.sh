@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The GPU check on a machine without Node: unpacks the Node binary and Dawn beside themselves (xz,
-# or Python's lzma where xz is missing), records the card and driver, and runs the bundled check.
-# Results (gpu.json, gpu.md, gpu.svg, gpu-nvidia-smi.txt) go to $OUT, else bench/results/.
-# Arguments are passed to the check (default backend: REINS_BACKEND, else webgpu).
+# The GPU check, or the headline, on a machine without Node: unpacks the Node binary, Dawn and the
+# SQLite addon beside themselves (xz, or Python's lzma where xz is missing), records the card and
+# driver, and runs the bundled program. Results go to $OUT, else bench/results/.
+#   run.sh [options]            the check: gpu.json, gpu.md, gpu.svg (bench/gpu.ts options;
+#                               default backend: REINS_BACKEND, else webgpu)
+#   run.sh headline [options]   sync-vs-async with the device on REINS_BACKEND (else webgpu) and the
+#                               harnesses on the CPU cores: sync-vs-async.* (bench/sync-vs-async.ts options)
+# Both write gpu-nvidia-smi.txt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/../../results}
 mkdir -p "$out"
-# Every .xz file of the pack (the Node binary, Dawn) is unpacked beside itself, once.
+out=$(cd "$out" && pwd)
+# Every .xz file of the pack (the Node binary, Dawn, the SQLite addon) is unpacked beside itself, once.
 unxz() {
   if command -v xz >/dev/null; then
     xz -dc "$1" >"$2.tmp"
@@ -24,5 +29,18 @@ node=$here/node
 [ -x "$node" ] || chmod +x "$node"
 { nvidia-smi || echo "nvidia-smi: not available"; } >"$out/gpu-nvidia-smi.txt" 2>&1
 backend=${REINS_BACKEND:-webgpu}
+if [ "${1:-}" = headline ]; then
+  shift
+  # The workload is the repository's (examples/): the nearest folder above the pack that holds it.
+  repo=$here
+  until [ -d "$repo/examples" ] && [ -d "$repo/bench/syncVsAsync" ]; do
+    [ "$repo" != / ] || { echo "run.sh headline: no repository (examples/, bench/syncVsAsync/) above $here" >&2; exit 1; }
+    repo=$(dirname "$repo")
+  done
+  # Its harness processes import `openai`: from the pack's node_modules where the repository has none.
+  [ -e "$repo/node_modules" ] || ln -s "$here/node_modules" "$repo/node_modules"
+  cd "$repo"
+  REINS_BACKEND=$backend exec "$node" "$here/app/dist/headline.mjs" --out "$out" "$@"
+fi
 unset REINS_BACKEND
-exec "$node" "$here/check.mjs" --backend "$backend" --out "$out" "$@"
+exec "$node" "$here/app/dist/check.mjs" --backend "$backend" --out "$out" "$@"

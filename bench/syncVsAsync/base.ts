@@ -13,7 +13,25 @@ import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
 
-export const repoRoot = fileURLToPath(new URL("../../", import.meta.url))
+/** A folder holding the harnesses and the benches: the repository (or its copy on a GPU machine). */
+const isRepoRoot = (dir: string) => existsSync(path.join(dir, "examples")) && existsSync(path.join(dir, "bench", "syncVsAsync"))
+
+/**
+ * The repository root: the nearest folder above this module that is one, else above the working
+ * folder. From the sources that is two levels up; from the GPU pack's bundle (bench/gpu/pack/, or
+ * wherever a test put it) the bundle's own place says nothing, hence the search.
+ */
+const findRepoRoot = (): string => {
+  for (const start of [fileURLToPath(new URL(".", import.meta.url)), process.cwd()]) {
+    for (let dir = path.resolve(start); ; dir = path.dirname(dir)) {
+      if (isRepoRoot(dir)) return dir
+      if (path.dirname(dir) === dir) break
+    }
+  }
+  throw new Error(`sync-vs-async: no repository found above ${fileURLToPath(new URL(".", import.meta.url))} or ${process.cwd()} (a folder with examples/ and bench/syncVsAsync/): run it from the repository`)
+}
+
+export const repoRoot = findRepoRoot()
 
 export interface BaseModel {
   readonly dir: string

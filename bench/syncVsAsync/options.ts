@@ -6,7 +6,7 @@
 import { type Mode, modes } from "./records.js"
 
 export const usage =
-  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--tail-unit S] [--nice N] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--quick | --full]"
+  "usage: npm run bench -- sync-vs-async [--harness calc|mini-swe] [--model DIR|fresh] [--updates N] [--groups G] [--n N] [--async-groups A] [--max-staleness S] [--tail X] [--tail-unit S] [--nice N] [--reward shaped|exact] [--repeats R] [--eval-tasks K] [--eval-samples S] [--lr X] [--seed N] [--timeout S] [--modes LIST] [--out DIR] [--quick | --full]"
 
 export interface Options {
   readonly harness: "calc" | "mini-swe"
@@ -31,6 +31,8 @@ export interface Options {
   readonly timeoutS: number
   readonly modes: ReadonlyArray<Mode>
   readonly scale: "quick" | "default" | "full"
+  /** Where the results go (default bench/results/). */
+  readonly out: string | undefined
 }
 
 /**
@@ -55,7 +57,7 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
       scale = flag === "--quick" ? "quick" : "full"
       continue
     }
-    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--tail-unit", "--nice", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes"]
+    const known = ["--harness", "--model", "--updates", "--groups", "--n", "--async-groups", "--max-staleness", "--tail", "--tail-unit", "--nice", "--reward", "--repeats", "--eval-tasks", "--eval-samples", "--lr", "--seed", "--timeout", "--modes", "--out"]
     if (!known.includes(flag)) throw new Error(`unknown option ${JSON.stringify(flag)}\n${usage}`)
     const v = args[++i]
     if (v === undefined) throw new Error(`${flag} needs a value\n${usage}`)
@@ -105,7 +107,8 @@ export const parseOptions = (args: ReadonlyArray<string>): Options => {
     seed: int("--seed", 1, 0),
     timeoutS: num("--timeout", full ? 1800 : 300, 0, true),
     modes: modes.filter((m) => modeList.includes(m)),
-    scale
+    scale,
+    out: given.get("--out")
   }
 }
 

@@ -69,6 +69,8 @@ export interface TrainRec extends Interval {
 export interface ModeRecords {
   readonly mode: Mode
   readonly devices: number
+  /** The tfjs backend the device(s) ran on (the device's own answer: webgpu, wasm, ...). */
+  readonly backend: string
   readonly repeat: number
   /** The training run started (tasks handed out from here) and ended (last version published). */
   readonly t0: number

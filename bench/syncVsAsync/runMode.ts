@@ -229,6 +229,7 @@ export const runMode = (w: Workload, o: RunModeOptions): Promise<ModeRecords> =>
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
     const split = o.mode === "split"
     const stack = yield* localStack({ modelDir: w.modelDir, dataDir: path.join(dir, "data"), harness: w.harness, concurrency: w.concurrency, split })
+    const { backend } = yield* stack.ports.training.info
     const tests = w.evalTasks > 0 ? yield* testTasks(w) : []
     const basePassAt1 = o.baseEval ? yield* passAt1(stack, w, tests) : null
     if (basePassAt1 !== null) o.log(`  base policy: pass@1 ${basePassAt1.toFixed(3)} on ${tests.length} test tasks × ${w.evalSamples}`)
@@ -257,6 +258,7 @@ export const runMode = (w: Workload, o: RunModeOptions): Promise<ModeRecords> =>
     return {
       mode: o.mode,
       devices: split ? 2 : 1,
+      backend,
       repeat: o.repeat,
       t0,
       tEnd,

@@ -1,17 +1,19 @@
 /**
  * The GPU check's own logic, end to end on this machine's wasm backend (no GPU here): the pack
- * is made (esbuild bundle, the wasm binaries, Dawn compressed; this machine's node stands in for
- * the packed one), run.sh unpacks Dawn and runs the bundled check with a tiny model, wasm under
- * test against cpu as the reference, and the results are written: correctness within its
- * tolerances, the matmul and bandwidth bounds measured, every speed row a rate over its bound.
- * Asking run.sh for its default backend, webgpu, fails in one line naming what is missing. And
+ * is made (esbuild bundles, the wasm binaries, Dawn and the SQLite addon compressed; this
+ * machine's node stands in for the packed one) inside a copy of the repository's workload files,
+ * run.sh unpacks them and runs the bundled check with a tiny model, wasm under test against cpu
+ * as the reference, and the results are written: correctness within its tolerances, the matmul
+ * and bandwidth bounds measured, every speed row a rate over its bound. Asking run.sh for its
+ * default backend, webgpu, fails in one line naming what is missing. `run.sh headline` runs
+ * sync-vs-async from the same pack, every schedule with real harness processes. And
  * a run like one on WebGPU in Node, which cannot read tensors synchronously (cpu with every
  * synchronous read made to throw): every part goes through, the engine on the reference device
  * decoder (tfjs ops, one asynchronous read per step, as WebGPU's decoder reads), generating what
  * wasm's generates.
  */
 import { spawnSync } from "node:child_process"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs"
+import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -27,14 +29,34 @@ interface Row { label: string; measured: number | null; bound: number; fraction:
 
 describe("the GPU check", () => {
   it("packs small, and its run.sh runs the check on wasm against cpu, writing every figure", () => {
-    const pack = path.join(dir, "pack")
+    // As on the GPU machine: the pack inside a copy of the repository (here only what the
+    // headline reads: the calc harness and its base, the bench's verifier and tail scripts), with
+    // no node_modules anywhere above it.
+    const repo = path.join(dir, "repo")
+    for (const part of ["examples/calc", "bench/syncVsAsync"]) cpSync(path.join(root, part), path.join(repo, part), { recursive: true })
+    mkdirSync(path.join(repo, "bench/gpu"), { recursive: true })
+    const pack = path.join(repo, "bench/gpu/pack")
     const packed = spawnSync(process.execPath, [path.join(root, "bench/gpu/pack.mjs"), "--no-node", "--out", pack], { encoding: "utf8", timeout: 120_000 })
     expect(packed.status, packed.stderr).toBe(0)
-    for (const f of ["check.mjs", "chat_template.jinja", "run.sh", "node_modules/webgpu/dist/linux-x64/dawn.node.xz", "node_modules/@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm"]) {
+    for (
+      const f of [
+        "app/dist/check.mjs",
+        "app/dist/headline.mjs",
+        "app/dist/worker.js",
+        "app/dist/chat_template.jinja",
+        "ui/app.js",
+        "run.sh",
+        "node_modules/webgpu/dist/linux-x64/dawn.node.xz",
+        "node_modules/@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm",
+        "node_modules/better-sqlite3/build/Release/better_sqlite3.node.xz",
+        "node_modules/openai/index.mjs"
+      ]
+    ) {
       expect(existsSync(path.join(pack, f)), f).toBe(true)
     }
-    // Without node: room for this machine's node compressed (~24 MiB) under the 64 MiB a copy allows.
-    expect(sizeOf(pack) / 2 ** 20).toBeLessThan(36)
+    // Without node: room for this machine's node compressed (~27 MiB) and the repository's tracked
+    // files (~15 MiB) under the 64 MiB a copy allows (pack.mjs checks the sum itself).
+    expect(sizeOf(pack) / 2 ** 20).toBeLessThan(20)
     symlinkSync(process.execPath, path.join(pack, "node"))
 
     const out = path.join(dir, "results")
@@ -77,7 +99,30 @@ describe("the GPU check", () => {
     })
     expect(webgpu.status).toBe(1)
     expect(webgpu.stderr).toMatch(/gpu check: backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter)/)
-  }, 300_000)
+
+    // The headline from the same pack: every schedule with real harness processes, which import
+    // `openai` from the pack (run.sh links its node_modules into the repository).
+    const headline = spawnSync("bash", [path.join(pack, "run.sh"), "headline", "--updates", "1", "--groups", "1", "--n", "2", "--eval-tasks", "1", "--eval-samples", "1", "--repeats", "1"], {
+      cwd: dir,
+      env: { ...process.env, NODE_OPTIONS: "", OUT: out, REINS_BACKEND: "wasm" },
+      encoding: "utf8",
+      timeout: 180_000
+    })
+    expect(headline.status, headline.stderr).toBe(0)
+    expect(lstatSync(path.join(repo, "node_modules")).isSymbolicLink()).toBe(true)
+    const h = JSON.parse(readFileSync(path.join(out, "sync-vs-async.json"), "utf8"))
+    expect(h.device_backend).toBe("wasm")
+    expect(Object.keys(h.modes)).toEqual(["sync", "collocated-drain", "collocated-interrupt", "split"])
+    for (const [mode, m] of Object.entries<{ harness_errors: number; timed_out: boolean; rollouts_per_s: number; final_pass_at_1: number | null }>(h.modes)) {
+      expect(m.harness_errors, mode).toBe(0)
+      expect(m.timed_out, mode).toBe(false)
+      expect(m.rollouts_per_s, mode).toBeGreaterThan(0)
+      expect(m.final_pass_at_1, mode).not.toBeNull()
+    }
+    expect(h.collocated_vs_sync).toBeGreaterThan(0)
+    expect(h.collocated_vs_split_per_device).toBeGreaterThan(0)
+    for (const f of ["sync-vs-async.md", "sync-vs-async.svg", "sync-vs-async-timeline-split.svg", "sync-vs-async-reward.svg"]) expect(existsSync(path.join(out, f)), f).toBe(true)
+  }, 420_000)
 
   it("on a backend that cannot read synchronously, as WebGPU in Node: every part runs, the engine on the reference device decoder", () => {
     const out = path.join(dir, "no-sync")

@@ -74,6 +74,7 @@ const version = (v: number, at: number, over: Partial<VersionRec> = {}): Version
 const collocated = (mode: Mode = "collocated-interrupt"): ModeRecords => ({
   mode,
   devices: mode === "split" ? 2 : 1,
+  backend: "wasm",
   repeat: 0,
   t0: s(0),
   tEnd: s(10),
@@ -268,6 +269,7 @@ describe("options", () => {
     expect(parseOptions(["--modes", "split,sync"]).modes).toEqual(["sync", "split"])
     expect(() => parseOptions(["--tail", "0.5"])).toThrow(/--tail expects a number >= 1/)
     expect(parseOptions(["--nice", "0"]).nice).toBe(0)
+    expect([d.out, parseOptions(["--out", "/tmp/x"]).out]).toEqual([undefined, "/tmp/x"])
     expect([d.tailUnitS, parseOptions(["--harness", "mini-swe"]).tailUnitS, parseOptions(["--tail-unit", "1.5"]).tailUnitS]).toEqual([uncontendedRolloutS.calc, uncontendedRolloutS["mini-swe"], 1.5])
     expect(() => parseOptions(["--tail-unit", "0"])).toThrow(/--tail-unit expects a number > 0/)
     expect(() => parseOptions(["--nice", "20"])).toThrow(/--nice expects 0\.\.19/)

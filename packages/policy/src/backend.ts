@@ -150,7 +150,9 @@ const loadWebgpu = async (software: "refuse" | "accept"): Promise<void> => {
 }
 
 const loadWasm = async (): Promise<void> => {
-  const wasm = await importOptional("@tensorflow/tfjs-backend-wasm", "npm install @tensorflow/tfjs-backend-wasm@4.22.0", () => import("@tensorflow/tfjs-backend-wasm"))
+  const imported = await importOptional("@tensorflow/tfjs-backend-wasm", "npm install @tensorflow/tfjs-backend-wasm@4.22.0", () => import("@tensorflow/tfjs-backend-wasm"))
+  // A bundle that splits this CommonJS package into a chunk of its own (the GPU pack) gives its exports as `default`.
+  const wasm = typeof imported.setWasmPaths === "function" ? imported : imported.default
   // A prefix: each of its .wasm files (plain, SIMD, threaded SIMD) is loaded from there.
   wasm.setWasmPaths(join(dirname(require.resolve("@tensorflow/tfjs-backend-wasm/package.json")), "dist") + "/")
 }

@@ -19,7 +19,7 @@ export { readDraw, type Pick, type StepRow, type StepRows } from "./model/device
 export { ropeTable, type RopeTable } from "./model/ops.js"
 export { defaultModelConfig, initModelDir, ensureModelDir, type InitModelDirOptions } from "./model/defaults.js"
 export { packSequences, unpack, PackingError, type TrainingSequence, type MicroBatch, type PackOptions, type Placement } from "./train/microbatch.js"
-export { sftLoss, policyGradientLoss, pgStats, importanceWeights, DEFAULT_PG, type Objective, type PgSettings, type PgStats, type LossOutput } from "./train/losses.js"
+export { sftLoss, policyGradientLoss, pgStats, DEFAULT_PG, type Objective, type PgSettings, type PgStats, type LossOutput } from "./train/losses.js"
 export { AdamW, OptimizerError, schedule, type Schedule, type ScheduleOptions, type AdamWOptions, type UpdateStats } from "./train/optimizer.js"
 export { trainStep, microBatchGradients, scoreSequences } from "./train/step.js"
 export { encodeSafetensors, decodeSafetensors, SafetensorsReader, SafetensorsError, type TensorEntry, type SafetensorsFile, type DType } from "./checkpoint/safetensors.js"

@@ -258,13 +258,18 @@ export const saveModel = (
   tokenizer: Tokenizer,
   options: { readonly chatTemplate?: PromptTemplate; readonly generationConfig?: GenerationConfig } = {}
 ): Effect.Effect<void, CheckpointError> =>
-  saveModelDir(dir, {
-    config: model.config.withVersion(model.version),
-    weights: model.readWeights(),
-    tokenizer,
-    chatTemplate: options.chatTemplate ?? ChatTemplate.default(),
-    generationConfig: options.generationConfig ?? GenerationConfig.forTokenizer(tokenizer)
-  })
+  Effect.tryPromise({
+    try: () => model.readWeightsAsync(),
+    catch: (e) => new CheckpointError({ file: dir, message: `reading the model's weights: ${e instanceof Error ? e.message : String(e)}`, cause: e })
+  }).pipe(Effect.flatMap((weights) =>
+    saveModelDir(dir, {
+      config: model.config.withVersion(model.version),
+      weights,
+      tokenizer,
+      chatTemplate: options.chatTemplate ?? ChatTemplate.default(),
+      generationConfig: options.generationConfig ?? GenerationConfig.forTokenizer(tokenizer)
+    })
+  ))
 
 /**
  * Loads a model directory into a live model (the tfjs backend must be initialised), multiplying

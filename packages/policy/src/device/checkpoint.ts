@@ -98,8 +98,8 @@ export const readCheckpointDir = (
   })
 
 /** The model's weights as they go on the wire (with LoRA: merged, as a server decodes them). */
-export const weightsMessage = (model: Transformer, version: number): DeviceWeights => {
-  const weights = model.servingWeights()
+export const weightsMessage = async (model: Transformer, version: number): Promise<DeviceWeights> => {
+  const weights = await model.servingWeights()
   const shapes = parameterShapes(model.config) // [in, out], whatever layout the model holds its matrices in
   return new DeviceWeights({
     version,

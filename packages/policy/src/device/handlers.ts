@@ -22,6 +22,7 @@ import { initAdapters, LoraConfig } from "../model/lora.js"
 import { wasmMicroBatchMisfit, wasmMisfit } from "../model/memory.js"
 import { webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { Transformer } from "../model/transformer.js"
+import type { Weights } from "../model/weights.js"
 import { scoreSequences } from "../train/step.js"
 import { BusyClock } from "./busyClock.js"
 import { checkWeightsMessage, readCheckpointDir, saveCheckpointDir, weightsMessage } from "./checkpoint.js"
@@ -99,9 +100,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
       },
       catch: asDeviceError("LoRA")
     })
-    /** What a Train changes (every weight, or only the adapters), to roll back a failed one. */
-    const snapshot = () => (lora === undefined ? model.readWeights() : model.readAdapters())
-    const putBack = (w: ReturnType<typeof snapshot>) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
+    /** What a Train changes (every weight, or only the adapters, and the optimizer), to roll back a failed one. */
+    const snapshot = async () => ({
+      weights: await (lora === undefined ? model.readWeightsAsync() : model.readAdaptersAsync()),
+      optimizer: await optimizer.current?.exportState()
+    })
+    const putBack = (w: Weights) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
     const engine = yield* makeEngine({
       model,
       tokenizer: policy.tokenizer,
@@ -163,13 +167,14 @@ export const deviceHandlers = (options: DeviceOptions) =>
         yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }))
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
-        const before = { weights: snapshot(), optimizer: optimizer.current?.exportState() }
+        // Read asynchronously, as every read here: WebGPU in Node has no synchronous reads.
+        const before = yield* Effect.tryPromise({ try: snapshot, catch: asDeviceError("Train") })
         const rollback = Effect.sync(() => {
           putBack(before.weights)
           optimizer.restore(before.optimizer)
         })
         const steps = yield* Effect.gen(function*() {
-          const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
+          const adam = yield* Effect.tryPromise({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
           const sequences = objective.kind === "pg" && checked.length > 1
             ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, packing), catch: asDeviceError("Train: scoring π_old") })
@@ -241,7 +246,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           },
           catch: asDeviceError("Score")
         }))),
-      GetWeights: () => exclusive(Effect.sync(() => weightsMessage(model, version))),
+      GetWeights: () => exclusive(Effect.tryPromise({ try: () => weightsMessage(model, version), catch: asDeviceError("GetWeights") })),
       SetWeights: (message) =>
         exclusive(Effect.gen(function*() {
           if (lora !== undefined) return yield* new DeviceError({ message: "SetWeights: this device trains LoRA adapters; it serves its own merged weights" })
@@ -252,9 +257,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
         })),
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
-          const state = withOptimizer ? optimizer.current?.exportState() : undefined
+          const state = withOptimizer ? yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Save") }) : undefined
           if (lora !== undefined) yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
-          else yield* saveCheckpointDir(dir, { ...policy, config: policy.config.withVersion(version), weights: model.readWeights() }, state)
+          else {
+            const weights = yield* Effect.tryPromise({ try: () => model.readWeightsAsync(), catch: asDeviceError("Save") })
+            yield* saveCheckpointDir(dir, { ...policy, config: policy.config.withVersion(version), weights }, state)
+          }
           return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
         })),
       Restore: ({ dir, version: requested }) =>
@@ -262,7 +270,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           if (lora !== undefined) {
             const checkpoint = yield* readLoraCheckpointDir(model, lora, dir)
             const v = requested ?? checkpoint.version
-            const before = { adapters: model.readAdapters(), optimizer: optimizer.current?.exportState() }
+            const before = yield* Effect.tryPromise({ try: snapshot, catch: asDeviceError("Restore") })
             yield* Effect.try({
               try: () => {
                 optimizer.restore(checkpoint.optimizer)
@@ -271,14 +279,14 @@ export const deviceHandlers = (options: DeviceOptions) =>
               catch: asDeviceError("Restore")
             })
             yield* swap(v, model).pipe(Effect.tapError(() => Effect.sync(() => {
-              model.setAdapters(before.adapters)
+              model.setAdapters(before.weights)
               optimizer.restore(before.optimizer)
             })))
             return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
           }
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
-          const before = optimizer.current?.exportState()
+          const before = yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Restore") })
           yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") })
           yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => optimizer.restore(before))))
           model.setWeights(checkpoint.weights, v)

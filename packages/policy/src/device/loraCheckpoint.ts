@@ -25,7 +25,7 @@ export const saveLoraCheckpointDir = (
   writeDirAtomically(dir, (tmp) =>
     Effect.gen(function*() {
       yield* Effect.tryPromise({
-        try: () => writePeftAdapter(tmp, model.config, model.lora!, model.readAdapters(), { baseModel: path.resolve(options.baseModel), version: options.version }),
+        try: async () => writePeftAdapter(tmp, model.config, model.lora!, await model.readAdaptersAsync(), { baseModel: path.resolve(options.baseModel), version: options.version }),
         catch: (e) => new DeviceError({ message: `Save: ${reason(e)}` })
       })
       if (options.optimizer !== undefined) {

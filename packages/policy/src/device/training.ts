@@ -104,11 +104,11 @@ export class DeviceOptimizer {
     return this.adam
   }
 
-  /** The optimizer for an update with these settings. */
-  configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): AdamW {
+  /** The optimizer for an update with these settings (new settings carry the moments over). */
+  async configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): Promise<AdamW> {
     this.lr = settings.lr
     if (this.adam !== undefined && this.weightDecay === settings.weightDecay && this.maxGradNorm === settings.maxGradNorm) return this.adam
-    const state = this.adam?.exportState()
+    const state = await this.adam?.exportState()
     this.weightDecay = settings.weightDecay
     this.maxGradNorm = settings.maxGradNorm
     const next = this.make()

@@ -184,9 +184,14 @@ export class Transformer {
     this.adapters = { config, variables, sites: new Map(sites.map((s) => [s.param, { a: s.a, b: s.b }])) }
   }
 
-  /** A copy of the adapters' values (empty without LoRA). */
+  /** A copy of the adapters' values (empty without LoRA). Synchronous: not on WebGPU (see `readWeights`). */
   readAdapters(): Weights {
     return copyValues(this.adapters?.variables ?? [])
+  }
+
+  /** `readAdapters`, read asynchronously: on every backend. */
+  readAdaptersAsync(): Promise<Weights> {
+    return copyValuesAsync(this.adapters?.variables ?? [])
   }
 
   /** Replaces the adapters' values (all or nothing). */
@@ -216,9 +221,9 @@ export class Transformer {
   }
 
   /** The weights a server decodes with: the base, with the adapters merged in when attached. */
-  servingWeights(): Weights {
-    const base = this.readWeights()
-    return this.adapters === undefined ? base : mergeAdapters(this.config, this.adapters.config, base, this.readAdapters())
+  async servingWeights(): Promise<Weights> {
+    const base = await this.readWeightsAsync()
+    return this.adapters === undefined ? base : mergeAdapters(this.config, this.adapters.config, base, await this.readAdaptersAsync())
   }
 
   // -------------------------------------------------------------------------------------------
@@ -368,9 +373,22 @@ export class Transformer {
   // -------------------------------------------------------------------------------------------
   // Weights
 
-  /** A copy of every parameter's values, [in, out] whatever the layout of `products`. */
+  /**
+   * A copy of every parameter's values, [in, out] whatever the layout of `products`. Synchronous,
+   * so not on WebGPU (tfjs reads a GPU tensor synchronously only through a browser's
+   * OffscreenCanvas): what runs on every backend, the device, uses `readWeightsAsync`.
+   */
   readWeights(): Weights {
-    const weights = copyValues(this.params)
+    return this.inOut(copyValues(this.params))
+  }
+
+  /** `readWeights`, read asynchronously: on every backend. */
+  async readWeightsAsync(): Promise<Weights> {
+    return this.inOut(await copyValuesAsync(this.params))
+  }
+
+  /** The parameters' values as read, with every matrix put into [in, out]. */
+  private inOut(weights: Weights): Weights {
     const layout = layoutOf(this.kind)
     for (const [name, shape] of Object.entries(parameterShapes(this.config))) weights[name] = fromLayout(name, shape, weights[name]!, layout)
     return weights
@@ -402,6 +420,13 @@ const variableOf = (initial: tf.Tensor): tf.Variable => {
 /** A copy of each variable's values, by name. */
 const copyValues = (variables: Iterable<readonly [string, tf.Variable]>): Weights =>
   Object.fromEntries(Array.from(variables, ([name, v]) => [name, new Float32Array(v.dataSync() as Float32Array)]))
+
+/** The same, read asynchronously, one variable at a time (a GPU stages each read in a buffer of its size). */
+const copyValuesAsync = async (variables: Iterable<readonly [string, tf.Variable]>): Promise<Weights> => {
+  const out: Weights = {}
+  for (const [name, v] of variables) out[name] = new Float32Array((await v.data()) as Float32Array)
+  return out
+}
 
 /** Gives `v` a copy of `values`. */
 const assignValues = (v: tf.Variable, values: Float32Array): void => {

@@ -41,7 +41,7 @@ export interface LossOutput {
   readonly logprobs: tf.Tensor1D
   /** Entropy of π at every slot (no gradient; kept out of tidies: the caller disposes it). */
   readonly entropy: tf.Tensor1D
-  /** log π_old per slot as used in the ratio. */
+  /** log π_old per slot as the batch brought it (undefined: π_old was the current values, `logprobs`). */
   readonly oldLogprobs: Float32Array | undefined
 }
 
@@ -51,29 +51,29 @@ export const sftLoss = ({ entropy, logprobs }: HeadLogprobs, batch: MicroBatch):
   return { loss, logprobs, entropy, oldLogprobs: undefined }
 }
 
-/** Truncated importance weights ρ = min(exp(old − behavior), cap) per slot. */
-export const importanceWeights = (old: Float32Array, behavior: Float32Array, cap: number): Float32Array => {
-  const out = new Float32Array(old.length)
-  for (let i = 0; i < old.length; i++) out[i] = Math.min(Math.exp(old[i]! - behavior[i]!), cap)
-  return out
-}
+/** `x`'s values as a constant: no gradient flows back through it (tfjs has no stop-gradient op). */
+const stopGradient: (x: tf.Tensor1D) => tf.Tensor1D = tf.customGrad(
+  // @ts-expect-error tfjs types customGrad's callback with a rest parameter list
+  (x: tf.Tensor1D) => ({ value: tf.clone(x), gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy) })
+)
 
-/** The PPO dual-clip loss with truncated importance sampling (see the module comment). */
+/**
+ * The PPO dual-clip loss with truncated importance sampling (see the module comment), computed
+ * on the backend: π_old, when the batch brings none, is the current values with the gradient
+ * stopped, never read back (WebGPU in Node cannot read synchronously).
+ */
 export const policyGradientLoss = ({ entropy, logprobs }: HeadLogprobs, batch: MicroBatch, s: PgSettings): LossOutput => {
   if (!batch.hasPolicyGradientInputs) throw new PackingError({ message: "the policy-gradient loss needs advantages and behaviorLogprobs on every sequence" })
   const n = batch.targets.length
-  // π_old is a constant: given, or the current values with the gradient stopped.
-  const old = batch.oldLogprobs ?? new Float32Array(logprobs.dataSync() as Float32Array)
-  const rho = importanceWeights(old, batch.behaviorLogprobs, s.tisCap)
   const negative = new Float32Array(n)
-  const coeff = new Float32Array(n) // w·ρ
-  for (let i = 0; i < n; i++) {
-    negative[i] = batch.advantages[i]! < 0 ? 1 : 0
-    coeff[i] = batch.weights[i]! * rho[i]!
-  }
+  for (let i = 0; i < n; i++) negative[i] = batch.advantages[i]! < 0 ? 1 : 0
   const loss = tf.tidy(() => {
+    const old = batch.oldLogprobs === undefined ? stopGradient(logprobs) : upload<tf.Rank.R1>(batch.oldLogprobs, [n])
+    // ρ = min(π_old / μ, cap), times the token's weight
+    const rho = tf.minimum(tf.exp(tf.sub(old, upload(batch.behaviorLogprobs, [n]))), s.tisCap)
+    const coeff = tf.mul(upload(batch.weights, [n]), rho)
     const adv = upload<tf.Rank.R1>(batch.advantages, [n])
-    const ratio = tf.exp(tf.sub(logprobs, upload(old, [n])))
+    const ratio = tf.exp(tf.sub(logprobs, old))
     const unclipped = tf.mul(tf.neg(adv), ratio)
     const clipped = tf.mul(tf.neg(adv), tf.clipByValue(ratio, 1 - s.clipLow, 1 + s.clipHigh))
     const ppo = tf.maximum(unclipped, clipped)
@@ -81,9 +81,9 @@ export const policyGradientLoss = ({ entropy, logprobs }: HeadLogprobs, batch: M
     const neg = upload<tf.Rank.R1>(negative, [n])
     const dual = tf.minimum(ppo, tf.mul(tf.neg(adv), s.dualClip))
     const perToken = tf.add(ppo, tf.mul(neg, tf.sub(dual, ppo)))
-    return tf.sum(tf.mul(perToken, upload(coeff, [n]))) as tf.Scalar
+    return tf.sum(tf.mul(perToken, coeff)) as tf.Scalar
   })
-  return { loss, logprobs, entropy, oldLogprobs: old }
+  return { loss, logprobs, entropy, oldLogprobs: batch.oldLogprobs }
 }
 
 export interface PgStats {

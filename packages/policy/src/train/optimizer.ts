@@ -128,12 +128,17 @@ export class AdamW {
     return { gradNorm, clipped, lr, step: this.step }
   }
 
-  /** The moments (`m.NAME`, `v.NAME`) and the step, for a checkpoint. */
-  exportState(): { readonly step: number; readonly tensors: Record<string, Float32Array> } {
+  /**
+   * The moments (`m.NAME`, `v.NAME`) and the step, for a checkpoint. Read asynchronously, so on
+   * every backend (WebGPU in Node cannot read a tensor synchronously).
+   */
+  async exportState(): Promise<{ readonly step: number; readonly tensors: Record<string, Float32Array> }> {
+    const step = this.step
     const tensors: Record<string, Float32Array> = {}
-    for (const [name, m] of this.m) tensors[`m.${name}`] = new Float32Array(m.dataSync() as Float32Array)
-    for (const [name, v] of this.v) tensors[`v.${name}`] = new Float32Array(v.dataSync() as Float32Array)
-    return { step: this.step, tensors }
+    for (const [prefix, moments] of [["m", this.m], ["v", this.v]] as const) {
+      for (const [name, t] of moments) tensors[`${prefix}.${name}`] = new Float32Array((await t.data()) as Float32Array)
+    }
+    return { step, tensors }
   }
 
   /** Restores `exportState` output; checks every moment first, so it is all or nothing. */

@@ -42,7 +42,7 @@ export const microBatchGradients = async (model: Transformer, batch: MicroBatch,
     const [lossValue, entropy, logprobs] = await Promise.all([value.data(), kept!.entropy.data(), objective.kind === "pg" ? kept!.logprobs.data() : undefined])
     loss = lossValue[0]!
     for (let i = 0; i < entropy.length; i++) if (batch.weights[i] !== 0) entropySum += entropy[i]!
-    if (objective.kind === "pg") pg = pgStats(batch, logprobs as Float32Array, kept!.old!, objective)
+    if (objective.kind === "pg") pg = pgStats(batch, logprobs as Float32Array, kept!.old ?? (logprobs as Float32Array), objective)
   } catch (e) {
     for (const g of Object.values(grads)) g.dispose()
     throw e

@@ -242,8 +242,9 @@ export const trainSft = (s: SftSettings): Effect.Effect<SftResult, SftError | De
       `model: ${params} parameters (d ${dModel}, ${nLayers} layer${nLayers === 1 ? "" : "s"}, ${nHeads} heads, context ${contextLength}), ${start.fresh ? `initialised from seed ${s.seed}` : `from ${s.init}`}, backend ${backend}, micro-batches of ≤ ${fit.tokens} tokens`
     )
     const result = yield* trainLoop(policy, model, built.sequences, plan, s.lr, fit.tokens).pipe(Effect.onError(() => Effect.sync(() => model.dispose())))
-    const weights = model.readWeights()
-    model.dispose()
+    const weights = yield* Effect.tryPromise({ try: () => model.readWeightsAsync(), catch: (e) => new SftError({ message: `reading the trained weights: ${(e as Error).message}` }) }).pipe(
+      Effect.ensuring(Effect.sync(() => model.dispose()))
+    )
     const record = {
       command: s.command,
       demos: { file: s.demos, sha256: yield* sha256(s.demos), lines: parsed.demos.length, skipped: parsed.skipped.length, dropped: built.dropped.length, sequences: built.sequences.length },

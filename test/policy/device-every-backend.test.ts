@@ -1,0 +1,85 @@
+/**
+ * The device's training side on a real WebGPU device (Mesa's lavapipe here, which `.ci/run`
+ * installs) against wasm: Train (one step, π_old the current policy; two steps with π_old scored
+ * and the optimizer remade for another weight decay), GetWeights, Save with the optimizer and
+ * Restore, for the whole model and for LoRA adapters (fixtures/device-every-backend.ts). Every
+ * read there is asynchronous, as WebGPU in Node needs; both backends train the same model to the
+ * same log-probabilities. Without a Vulkan device the WebGPU half is skipped, except in CI.
+ */
+import { spawnSync } from "node:child_process"
+import { existsSync, readdirSync } from "node:fs"
+import path from "node:path"
+import { fileURLToPath } from "node:url"
+import { describe, expect, it } from "vitest"
+
+const root = fileURLToPath(new URL("../..", import.meta.url))
+const icd = "/usr/share/vulkan/icd.d"
+const lavapipe = existsSync(icd) && readdirSync(icd).some((f) => f.startsWith("lvp_icd"))
+
+interface Line {
+  device: "full" | "lora"
+  backend: string
+  versions: Array<number>
+  losses: Array<number>
+  approxKl: Array<number | null>
+  moved: [number, number]
+  after: Array<Array<number>>
+  weights: { tensors: number; version: number; finite: boolean }
+  saved: { optimizer: boolean; files: Array<string> }
+  restored: { optimizer: boolean; worst: number }
+}
+
+const run = (backend: "wasm" | "webgpu"): Array<Line> => {
+  const child = spawnSync(process.execPath, [path.join(root, "node_modules/tsx/dist/cli.mjs"), path.join(root, "test/policy/fixtures/device-every-backend.ts")], {
+    encoding: "utf8",
+    env: { ...process.env, REINS_BACKEND: backend, XDG_RUNTIME_DIR: process.env["XDG_RUNTIME_DIR"] ?? "/tmp" },
+    timeout: 180_000
+  })
+  const output = `${child.stdout}\n${child.stderr}`
+  expect(child.status, output).toBe(0)
+  expect(child.stdout).toMatch(/^done$/m)
+  return child.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Line)
+}
+
+const holdsTogether = (lines: ReadonlyArray<Line>, backend: string) => {
+  expect(lines.map((l) => [l.device, l.backend])).toEqual([["full", backend], ["lora", backend]])
+  for (const l of lines) {
+    expect(l.versions, l.device).toEqual([1, 2, 2, 9])
+    expect(l.losses, l.device).toHaveLength(3)
+    for (const loss of l.losses) expect(Number.isFinite(loss), l.device).toBe(true)
+    // the first step's π_old is the current policy: the ratio is 1, its KL estimate 0
+    expect(Math.abs(l.approxKl[0]!), l.device).toBeLessThan(1e-6)
+    // positive advantage up, negative down
+    expect(l.moved[0], l.device).toBeGreaterThan(0.1)
+    expect(l.moved[1], l.device).toBeLessThan(-0.1)
+    expect(l.weights, l.device).toMatchObject({ version: 2, finite: true })
+    expect(l.weights.tensors, l.device).toBeGreaterThan(10)
+    expect(l.saved.optimizer, l.device).toBe(true)
+    expect(l.saved.files, l.device).toContain("optimizer.safetensors")
+    expect(l.saved.files, l.device).toContain(l.device === "lora" ? "adapter_model.safetensors" : "model.safetensors")
+    // Restore puts back exactly what was saved
+    expect(l.restored.optimizer, l.device).toBe(true)
+    expect(l.restored.worst, l.device).toBeLessThan(1e-6)
+  }
+}
+
+describe("the device's training side", () => {
+  const wasm = (): Array<Line> => run("wasm")
+  let reference: Array<Line> | undefined
+
+  it("on wasm: Train, GetWeights, Save and Restore, whole model and LoRA", () => {
+    reference = wasm()
+    holdsTogether(reference, "wasm")
+  }, 200_000)
+
+  it.runIf(lavapipe || process.env["CI"] === "true")("on a real WebGPU device: the same calls, reading asynchronously, to wasm's log-probabilities", () => {
+    const lines = run("webgpu")
+    holdsTogether(lines, "webgpu")
+    reference ??= wasm()
+    lines.forEach((l, i) => {
+      const r = reference![i]!
+      l.losses.forEach((loss, j) => expect(Math.abs(loss - r.losses[j]!), `${l.device} loss ${j}`).toBeLessThan(1e-4))
+      l.after.forEach((lp, s) => lp.forEach((x, t) => expect(Math.abs(x - r.after[s]![t]!), `${l.device} sequence ${s} token ${t}`).toBeLessThan(1e-3)))
+    })
+  }, 200_000)
+})
