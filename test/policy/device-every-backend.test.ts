@@ -4,7 +4,7 @@
  * and the optimizer remade for another weight decay), GetWeights, Save with the optimizer and
  * Restore, for the whole model and for LoRA adapters (fixtures/device-every-backend.ts). Every
  * read there is asynchronous, as WebGPU in Node needs; both backends train the same model to the
- * same log-probabilities. Without a Vulkan device the WebGPU half is skipped, except in CI.
+ * same log-probabilities, and their engines then generate the same greedy tokens. Without a Vulkan device the WebGPU half is skipped, except in CI.
  */
 import { spawnSync } from "node:child_process"
 import { existsSync, readdirSync } from "node:fs"
@@ -24,6 +24,7 @@ interface Line {
   approxKl: Array<number | null>
   moved: [number, number]
   after: Array<Array<number>>
+  generated: { ids: Array<number>; versions: Array<number> }
   weights: { tensors: number; version: number; finite: boolean }
   saved: { optimizer: boolean; files: Array<string> }
   restored: { optimizer: boolean; worst: number }
@@ -52,6 +53,9 @@ const holdsTogether = (lines: ReadonlyArray<Line>, backend: string) => {
     // positive advantage up, negative down
     expect(l.moved[0], l.device).toBeGreaterThan(0.1)
     expect(l.moved[1], l.device).toBeLessThan(-0.1)
+    // the engine serves the trained weights
+    expect(l.generated.ids, l.device).toHaveLength(8)
+    expect(l.generated.versions, l.device).toEqual([2])
     expect(l.weights, l.device).toMatchObject({ version: 2, finite: true })
     expect(l.weights.tensors, l.device).toBeGreaterThan(10)
     expect(l.saved.optimizer, l.device).toBe(true)
@@ -80,6 +84,7 @@ describe("the device's training side", () => {
       const r = reference![i]!
       l.losses.forEach((loss, j) => expect(Math.abs(loss - r.losses[j]!), `${l.device} loss ${j}`).toBeLessThan(1e-4))
       l.after.forEach((lp, s) => lp.forEach((x, t) => expect(Math.abs(x - r.after[s]![t]!), `${l.device} sequence ${s} token ${t}`).toBeLessThan(1e-3)))
+      expect(l.generated.ids, `${l.device}: greedy tokens after training`).toEqual(r.generated.ids)
     })
   }, 200_000)
 })
