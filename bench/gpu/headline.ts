@@ -10,6 +10,7 @@ import syncVsAsync from "../sync-vs-async.js"
 try {
   await syncVsAsync(process.argv.slice(2))
 } catch (e) {
-  console.error(`sync-vs-async: ${e instanceof Error ? e.message : String(e)}`)
+  // its first line: the reason (a device that cannot start names what is missing), not the bundle's stack
+  console.error(`sync-vs-async: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`)
   process.exit(1)
 }

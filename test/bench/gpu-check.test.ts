@@ -122,6 +122,14 @@ describe("the GPU check", () => {
     expect(h.collocated_vs_sync).toBeGreaterThan(0)
     expect(h.collocated_vs_split_per_device).toBeGreaterThan(0)
     for (const f of ["sync-vs-async.md", "sync-vs-async.svg", "sync-vs-async-timeline-split.svg", "sync-vs-async-reward.svg"]) expect(existsSync(path.join(out, f)), f).toBe(true)
+    // Its default backend is webgpu too: without a Vulkan device, one line naming what is missing.
+    const noGpu = spawnSync("bash", [path.join(pack, "run.sh"), "headline", "--quick"], {
+      env: { ...process.env, NODE_OPTIONS: "", OUT: out, REINS_BACKEND: "", VK_DRIVER_FILES: path.join(out, "no_icd.json") },
+      encoding: "utf8",
+      timeout: 60_000
+    })
+    expect(noGpu.status).toBe(1)
+    expect(noGpu.stderr).toMatch(/^sync-vs-async: .*backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter).*$/m)
   }, 420_000)
 
   it("on a backend that cannot read synchronously, as WebGPU in Node: every part runs, the engine on the reference device decoder", () => {
