@@ -17,6 +17,7 @@
  *                   with only its Linux x64 Dawn binary (dawn.node.xz), better-sqlite3 with its
  *                   addon (the Gateway's store), the dashboard's libraries (preact, htm,
  *                   uplot), and `openai` bundled for the calc harness
+ *   lib/            this machine's Vulkan loader (libvulkan.so.1.xz), for a GPU machine without one
  *   run.sh          unpacks node and runs the check, or (`run.sh headline`) the headline
  *
  * The headline runs its workload from the repository's examples/, which the GPU machine has (the
@@ -152,6 +153,15 @@ await build({
   logLevel: "warning"
 })
 writeFileSync(path.join(out, "node_modules/openai/package.json"), `${JSON.stringify({ name: "openai", private: true, type: "module", exports: "./index.mjs" }, null, 2)}\n`)
+
+// Dawn's Vulkan loader, for a GPU machine without one (run.sh uses it only then): this machine's.
+const LOADER_DIRS = ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+const loader = LOADER_DIRS.map((d) => path.join(d, "libvulkan.so.1")).find(existsSync)
+if (loader === undefined) console.log("no libvulkan.so.1 here to pack: the GPU machine must have its own Vulkan loader")
+else {
+  mkdirSync(path.join(out, "lib"), { recursive: true })
+  xz(loader, path.join(out, "lib/libvulkan.so.1.xz"))
+}
 
 cpSync(path.join(root, "bench/gpu/run.sh"), path.join(out, "run.sh"))
 chmodSync(path.join(out, "run.sh"), 0o755)

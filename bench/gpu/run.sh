@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check, or the headline, on a machine without Node: unpacks the Node binary, Dawn and the
-# SQLite addon beside themselves (xz, or Python's lzma where xz is missing), records the card and
+# The GPU check, or the headline, on a machine without Node: unpacks the Node binary, Dawn, the
+# SQLite addon and a Vulkan loader beside themselves (xz, or Python's lzma where xz is missing), records the card and
 # driver, and runs the bundled program. Results go to $OUT, else bench/results/.
 #   run.sh [options]            the check: gpu.json, gpu.md, gpu.svg (bench/gpu.ts options;
 #                               default backend: REINS_BACKEND, else webgpu)
@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/../../results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-# Every .xz file of the pack (the Node binary, Dawn, the SQLite addon) is unpacked beside itself, once.
+# Every .xz file of the pack (the Node binary, Dawn, the SQLite addon, the loader) is unpacked beside itself, once.
 unxz() {
   if command -v xz >/dev/null; then
     xz -dc "$1" >"$2.tmp"
@@ -27,6 +27,18 @@ while IFS= read -r -d '' f; do
 done < <(find "$here" -name '*.xz' -print0)
 node=$here/node
 [ -x "$node" ] || chmod +x "$node"
+# Dawn needs a Vulkan loader: the machine's, else the one in the pack (from the machine that packed it).
+has_loader() {
+  local dirs=${LD_LIBRARY_PATH:-}
+  for d in ${dirs//:/ } /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 /usr/lib /lib64; do
+    [ -e "$d/libvulkan.so.1" ] && return 0
+  done
+  return 1
+}
+if ! has_loader && [ -e "$here/lib/libvulkan.so.1" ]; then
+  echo "run.sh: no Vulkan loader on this machine: using the pack's ($here/lib/libvulkan.so.1)" >&2
+  export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 { nvidia-smi || echo "nvidia-smi: not available"; } >"$out/gpu-nvidia-smi.txt" 2>&1
 backend=${REINS_BACKEND:-webgpu}
 if [ "${1:-}" = headline ]; then
