@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, or the headline, on a machine without Node: unpacks the Node binary, Dawn, the
-# SQLite addon and a Vulkan loader beside themselves (xz, or Python's lzma where xz is missing), records the card and
-# driver, and runs the bundled program. Results go to $OUT, else bench/results/.
+# SQLite addon and a Vulkan loader beside themselves (xz, or Python's lzma where xz is missing),
+# records the card and driver, and runs the bundled program. Results go to $OUT, else bench/results/.
 #   run.sh [options]            the check: gpu.json, gpu.md, gpu.svg (bench/gpu.ts options;
 #                               default backend: REINS_BACKEND, else webgpu)
 #   run.sh headline [options]   sync-vs-async with the device on REINS_BACKEND (else webgpu) and the
