@@ -45,6 +45,9 @@ describe("reins train", () => {
     const resumed = Number(/resuming from version (\d+)/.exec(second.output())?.[1])
     expect(resumed, second.output()).toBeGreaterThanOrEqual(2)
     expect(resumed).toBeLessThan(4)
+    // Its progress counts the run's updates as max_versions does, the first process's included.
+    expect(second.output()).toContain(`] ${resumed + 1}/4 v${resumed + 1} `)
+    expect(second.output()).toContain("] 4/4 v4 ")
 
     const metrics = await Effect.runPromise(readJsonl(join(runDir(), "metrics.jsonl"), VersionMetrics))
     expect(metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])

@@ -127,6 +127,7 @@ export const runTrain = (args: TrainArgs) =>
     const run = args.noEval ? new RunConfig({ ...loaded.run, eval: new EvalConfig({ ...loaded.run.eval, enabled: false }) }) : loaded.run
     // Loaded on use: the Gateway and the controller.
     const { train } = yield* Effect.promise(() => import("../run/train.js"))
+    /** Updates of the run so far, as `max_versions` counts them (a resumed run's included). */
     let updates = 0
     const result = yield* train({
       run,
@@ -134,6 +135,7 @@ export const runTrain = (args: TrainArgs) =>
       resumeDir: Option.getOrUndefined(args.resume),
       ...network,
       log: (line) => Console.log(line),
+      onResume: (versions) => Effect.sync(() => void (updates = versions)),
       onEvent: (event) => {
         if (event._tag === "Version") updates++
         const line = progressLine(event, updates, trainer.max_versions, describeFailures)

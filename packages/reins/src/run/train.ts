@@ -32,6 +32,8 @@ export interface TrainOptions extends Pick<Reins.ReinsOptions, "http" | "publicU
   readonly resumeDir?: string | undefined
   /** Called with every Trainer event (progress display). */
   readonly onEvent?: (event: TrainerEvent) => Effect.Effect<void>
+  /** Called once when resuming, with the updates the run made before (`max_versions` counts them). */
+  readonly onResume?: (versions: number) => Effect.Effect<void>
   readonly log?: (line: string) => Effect.Effect<void>
   /** Join a cluster as its gateway+trainer node instead of running alone. */
   readonly cluster?: { readonly node: Node.NodeConfig; readonly localLauncher: boolean } | undefined
@@ -85,6 +87,7 @@ const runWith = (options: TrainOptions) =>
       // controller recovered of them would only run twice.
       const cancelled = yield* reins.stack.controller.cancelAll("the run resumed from a checkpoint")
       yield* log(`resuming from version ${resume.cursor.version} (${resume.dir})${cancelled > 0 ? `; cancelled ${cancelled} rollout(s) of the crashed run` : ""}`)
+      if (options.onResume !== undefined) yield* options.onResume(resume.cursor.versions)
     }
 
     const base = yield* baseEvaluation(reins, options)
