@@ -48,6 +48,7 @@ describe("reins train", () => {
     // Its progress counts the run's updates as max_versions does, the first process's included.
     expect(second.output()).toContain(`] ${resumed + 1}/4 v${resumed + 1} `)
     expect(second.output()).toContain("] 4/4 v4 ")
+    expect(second.output()).toMatch(new RegExp(`done: 4 versions \\(${4 - resumed} by this process\\) in \\d+ s`))
 
     const metrics = await Effect.runPromise(readJsonl(join(runDir(), "metrics.jsonl"), VersionMetrics))
     expect(metrics.map((m) => m.version)).toEqual([1, 2, 3, 4])

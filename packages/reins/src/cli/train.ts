@@ -129,13 +129,14 @@ export const runTrain = (args: TrainArgs) =>
     const { train } = yield* Effect.promise(() => import("../run/train.js"))
     /** Updates of the run so far, as `max_versions` counts them (a resumed run's included). */
     let updates = 0
+    let resumedAt = 0
     const result = yield* train({
       run,
       trainer,
       resumeDir: Option.getOrUndefined(args.resume),
       ...network,
       log: (line) => Console.log(line),
-      onResume: (versions) => Effect.sync(() => void (updates = versions)),
+      onResume: (versions) => Effect.sync(() => void (updates = resumedAt = versions)),
       onEvent: (event) => {
         if (event._tag === "Version") updates++
         const line = progressLine(event, updates, trainer.max_versions, describeFailures)
@@ -144,7 +145,7 @@ export const runTrain = (args: TrainArgs) =>
     })
     const s = result.summary
     yield* Console.log(
-      `done: ${s.versions} versions in ${s.wall_s.toFixed(0)} s; test pass@1 ${pct(s.base_pass_at_1)} → ${pct(s.final_pass_at_1)}, ` +
+      `done: ${s.versions} versions${resumedAt > 0 ? ` (${s.versions - resumedAt} by this process)` : ""} in ${s.wall_s.toFixed(0)} s; test pass@1 ${pct(s.base_pass_at_1)} → ${pct(s.final_pass_at_1)}, ` +
         `greedy ${pct(s.base_greedy_pass_at_1)} → ${pct(s.final_greedy_pass_at_1)}; ${s.harness_errors} harness errors` +
         (s.context_full_calls > 0 ? ` (${s.context_full_calls} calls ended episodes at the model's context limit)` : "")
     )
