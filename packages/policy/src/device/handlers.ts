@@ -106,6 +106,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
       optimizer: await optimizer.current?.exportState()
     })
     const putBack = (w: Weights) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
+    /** The optimizer's moments and step (undefined before its first update), read asynchronously. */
+    const optimizerState = (what: string) => Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError(what) })
     const engine = yield* makeEngine({
       model,
       tokenizer: policy.tokenizer,
@@ -257,7 +259,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
         })),
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
-          const state = withOptimizer ? yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Save") }) : undefined
+          const state = withOptimizer ? yield* optimizerState("Save") : undefined
           if (lora !== undefined) yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
           else {
             const weights = yield* Effect.tryPromise({ try: () => model.readWeightsAsync(), catch: asDeviceError("Save") })
@@ -286,7 +288,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           }
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
-          const before = yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Restore") })
+          const before = yield* optimizerState("Restore")
           yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") })
           yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => optimizer.restore(before))))
           model.setWeights(checkpoint.weights, v)
