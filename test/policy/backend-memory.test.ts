@@ -127,6 +127,13 @@ describe("fitting a micro-batch", () => {
     expect(h200.boundBy).toBe("memory")
     expect(h200.tokens).toBe(Math.floor((0.75 * 141 * GIB - memoryNeed(QWEN3_06B).fullTrainingBytes) / trainingBytesPerToken(QWEN3_06B, 4096)))
     expect(h200.tokens).toBeGreaterThan(3 * 4096) // the vocabulary-wide rows dominate: ~7.9 MB a token
+    // the device's rollback point kept on the GPU (the weights and both moments before the update) comes out of the activations
+    const kept = fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: false, rollbackOnDevice: true })
+    expect(h200.activationBytes - kept.activationBytes).toBe(memoryNeed(QWEN3_06B).parameters * 4 * 3)
+    expect(kept.tokens).toBe(Math.floor(kept.activationBytes / trainingBytesPerToken(QWEN3_06B, 4096)))
+    expect(fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true, rollbackOnDevice: true })).toEqual(
+      fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true })
+    )
     const webgpu = fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 1024, lora: false, maxTensorBytes: 2 * GIB })
     expect(webgpu).toMatchObject({ tokens: Math.floor((2 * GIB) / (4 * 151936)), boundBy: "tensor size" })
     // a card too small for the weights and optimizer still gets one row (and the backend's own error if it fails)

@@ -21,7 +21,7 @@ import * as os from "node:os"
 import { BackendError, type BackendName, tensorflowOnGpu } from "./backend.js"
 import { KERNEL_MAX_BYTES } from "./model/attentionKernel.js"
 import type { ModelConfig } from "./model/config.js"
-import { fitMicroBatchTokens, type MicroBatchFit, WASM_HEAP_BYTES } from "./model/memory.js"
+import { fitMicroBatchTokens, type MicroBatchFit, type TrainingShape, WASM_HEAP_BYTES } from "./model/memory.js"
 
 const MIB = 1024 * 1024
 
@@ -127,6 +127,6 @@ export const kvCacheBytes = (env: NodeJS.ProcessEnv = process.env, device?: Back
 export const microBatchFit = (
   config: ModelConfig,
   memory: BackendMemory,
-  options: { readonly seqLen: number; readonly lora: boolean; readonly inPlace?: boolean }
+  options: TrainingShape
 ): MicroBatchFit =>
   fitMicroBatchTokens(config, { memoryBytes: memory.bytes, maxTensorBytes: memory.maxTensorBytes, speedTokens: memory.speedTokens, ...options })

@@ -28,6 +28,7 @@ import { type ModelConfig, parameterShapes } from "../model/config.js"
 import { defaultProducts, layoutOf, type MatrixLayout } from "../model/matrixLayout.js"
 import { Transformer } from "../model/transformer.js"
 import { checkWeights, type Weights } from "../model/weights.js"
+import type { OptimizerState } from "../train/optimizer.js"
 import type { Tokenizer } from "../tokenizer/Tokenizer.js"
 import { loadTokenizer, saveTokenizer, writeFileAtomic } from "../tokenizer/TokenizerFiles.js"
 import { mergeAdapters } from "../model/lora.js"
@@ -87,10 +88,7 @@ export interface ModelDir {
   readonly hf?: HfModelConfig | undefined
 }
 
-export interface OptimizerState {
-  readonly step: number
-  readonly tensors: Record<string, Float32Array>
-}
+export type { OptimizerState }
 
 const reason = (e: unknown): string => (e instanceof Error ? e.message : String(e))
 

@@ -22,12 +22,12 @@ import { initAdapters, LoraConfig } from "../model/lora.js"
 import { wasmMicroBatchMisfit, wasmMisfit } from "../model/memory.js"
 import { webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { Transformer } from "../model/transformer.js"
-import type { Weights } from "../model/weights.js"
 import { scoreSequences } from "../train/step.js"
 import { BusyClock } from "./busyClock.js"
 import { checkWeightsMessage, readCheckpointDir, saveCheckpointDir, weightsMessage } from "./checkpoint.js"
 import { readLoraCheckpointDir, saveLoraCheckpointDir } from "./loraCheckpoint.js"
 import { DEFAULT_MODEL_ID, ensureDefaultPolicy } from "./defaultPolicy.js"
+import { optimizerRollback, type RollbackPoint, rollbackWhere, trainingRollback } from "./rollback.js"
 import { Device, type DeviceOptions } from "./Device.js"
 import {
   checkIds,
@@ -100,14 +100,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
       },
       catch: asDeviceError("LoRA")
     })
-    /** What a Train changes (every weight, or only the adapters, and the optimizer), to roll back a failed one. */
-    const snapshot = async () => ({
-      weights: await (lora === undefined ? model.readWeightsAsync() : model.readAdaptersAsync()),
-      optimizer: await optimizer.current?.exportState()
-    })
-    const putBack = (w: Weights) => (lora === undefined ? model.setWeights(w) : model.setAdapters(w))
-    /** The optimizer's moments and step (undefined before its first update), read asynchronously. */
-    const optimizerState = (what: string) => Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError(what) })
+    /** Rollback points (rollback.ts), held until the change they guard is done: on the device, or on wasm copied out of its heap. */
+    const where = rollbackWhere(backend)
+    const rollbackPoint = (what: string, take: () => Promise<RollbackPoint>) =>
+      Effect.acquireRelease(Effect.tryPromise({ try: take, catch: asDeviceError(what) }), (point) => Effect.sync(() => point.dispose()))
     const engine = yield* makeEngine({
       model,
       tokenizer: policy.tokenizer,
@@ -122,7 +118,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const contextLength = policy.config.contextLength
     /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
-    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap" }).tokens
+    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap", rollbackOnDevice: where === "device" }).tokens
     /** A Train's micro-batch the wasm heap would not hold (running out of it would end the backend), refused up front. */
     const oversized = (steps: ReturnType<typeof packSteps>) =>
       Effect.forEach(backend === "wasm" ? steps.flat() : [], (batch) => {
@@ -169,14 +165,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
         yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }))
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
-        // Read asynchronously, as every read here: WebGPU in Node has no synchronous reads.
-        const before = yield* Effect.tryPromise({ try: snapshot, catch: asDeviceError("Train") })
-        const rollback = Effect.sync(() => {
-          putBack(before.weights)
-          optimizer.restore(before.optimizer)
-        })
+        const before = yield* rollbackPoint("Train", () => trainingRollback(model, optimizer, where))
+        const rollback = Effect.sync(() => before.restore())
         const steps = yield* Effect.gen(function*() {
-          const adam = yield* Effect.tryPromise({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
+          const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
           const sequences = objective.kind === "pg" && checked.length > 1
             ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, packing), catch: asDeviceError("Train: scoring π_old") })
@@ -186,7 +178,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
         }).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : rollback)))
         yield* swap(version + 1, model).pipe(Effect.tapError(() => rollback))
         return new TrainResult({ version, steps, seconds: (performance.now() - started) / 1000 })
-      })
+      }).pipe(Effect.scoped)
 
     /** Train, counted as training time in the busy clock. */
     const timedTrain = (request: Parameters<typeof train>[0]) =>
@@ -259,7 +251,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
         })),
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
-          const state = withOptimizer ? yield* optimizerState("Save") : undefined
+          const state = withOptimizer ? yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Save") }) : undefined
           if (lora !== undefined) yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
           else {
             const weights = yield* Effect.tryPromise({ try: () => model.readWeightsAsync(), catch: asDeviceError("Save") })
@@ -272,7 +264,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           if (lora !== undefined) {
             const checkpoint = yield* readLoraCheckpointDir(model, lora, dir)
             const v = requested ?? checkpoint.version
-            const before = yield* Effect.tryPromise({ try: snapshot, catch: asDeviceError("Restore") })
+            const before = yield* rollbackPoint("Restore", () => trainingRollback(model, optimizer, where))
             yield* Effect.try({
               try: () => {
                 optimizer.restore(checkpoint.optimizer)
@@ -280,19 +272,17 @@ export const deviceHandlers = (options: DeviceOptions) =>
               },
               catch: asDeviceError("Restore")
             })
-            yield* swap(v, model).pipe(Effect.tapError(() => Effect.sync(() => {
-              model.setAdapters(before.weights)
-              optimizer.restore(before.optimizer)
-            })))
+            yield* swap(v, model).pipe(Effect.tapError(() => Effect.sync(() => before.restore())))
             return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
           }
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
-          const before = yield* optimizerState("Restore")
+          // The weights are set only once the engine took them: the optimizer is all a failure undoes.
+          const before = yield* rollbackPoint("Restore", () => optimizerRollback(optimizer, where))
           yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") })
-          yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => optimizer.restore(before))))
+          yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => before.restore())))
           model.setWeights(checkpoint.weights, v)
           return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
-        }))
+        }).pipe(Effect.scoped))
     })
   })

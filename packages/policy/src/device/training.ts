@@ -4,13 +4,14 @@
  * worker (loads TensorFlow.js).
  */
 import { DeviceError, type TrainRequest, type TrainSample, type TrainSettings, type TrainStepStats } from "@reins/protocol"
+import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import { yieldToEventLoop } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
 import type { Transformer } from "../model/transformer.js"
 import type { Objective } from "../train/losses.js"
 import { type MicroBatch, packSequences, type PackOptions, type TrainingSequence } from "../train/microbatch.js"
-import { AdamW } from "../train/optimizer.js"
+import { AdamW, type OptimizerState } from "../train/optimizer.js"
 import { scoreSequences, trainStep } from "../train/step.js"
 
 const invalid = (message: string) => new DeviceError({ message: `Train: ${message}` })
@@ -104,36 +105,50 @@ export class DeviceOptimizer {
     return this.adam
   }
 
-  /** The optimizer for an update with these settings (new settings carry the moments over). */
-  async configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): Promise<AdamW> {
+  /**
+   * The optimizer for an update with these settings (new settings carry the moments over, on the
+   * backend: no copy to the host and back).
+   */
+  configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): AdamW {
     this.lr = settings.lr
     if (this.adam !== undefined && this.weightDecay === settings.weightDecay && this.maxGradNorm === settings.maxGradNorm) return this.adam
-    const state = await this.adam?.exportState()
     this.weightDecay = settings.weightDecay
     this.maxGradNorm = settings.maxGradNorm
-    const next = this.make()
-    if (state !== undefined) next.importState(state)
-    this.adam?.dispose()
-    this.adam = next
-    return next
+    const previous = this.adam
+    if (previous === undefined) return (this.adam = this.make())
+    const state = previous.snapshot()
+    try {
+      // The old moments go before the new ones are made: on wasm a snapshot is a copy, and two
+      // optimizers' moments and it together might not fit the heap.
+      previous.dispose()
+      this.adam = undefined
+      const next = this.make()
+      next.importState(state)
+      return (this.adam = next)
+    } finally {
+      tf.dispose(Object.values(state.tensors))
+    }
   }
 
-  /** Takes restored state (checked first: on error nothing changes); `undefined` starts fresh. */
-  restore(state: { readonly step: number; readonly tensors: Record<string, Float32Array> } | undefined): void {
+  /**
+   * Takes restored state: a checkpoint's, or a rollback point's snapshot (its tensors stay the
+   * caller's). Checked first: on error nothing changes. `undefined` starts fresh.
+   */
+  restore(state: OptimizerState<Float32Array | tf.Tensor> | undefined): void {
     if (state === undefined) {
       this.adam?.dispose()
       this.adam = undefined
       return
     }
-    const next = this.make()
+    // Into the optimizer there is (its moments checked first), else a new one.
+    const target = this.adam ?? this.make()
     try {
-      next.importState(state)
+      target.importState(state)
     } catch (e) {
-      next.dispose()
+      if (target !== this.adam) target.dispose()
       throw e
     }
-    this.adam?.dispose()
-    this.adam = next
+    this.adam = target
   }
 
   dispose(): void {

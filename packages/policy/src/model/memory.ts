@@ -33,6 +33,8 @@ export interface MemoryNeed {
   /** What serving and LoRA training hold of the weights: with packed copies where they fit (`wasmPacksWeights`), else in place. */
   readonly loraTrainingBytes: number
   readonly fullTrainingBytes: number
+  /** Full training's rollback point kept on the device (device/rollback.ts): the weights and both moments before the update. */
+  readonly rollbackBytes: number
 }
 
 export const memoryNeed = (config: ModelConfig): MemoryNeed => {
@@ -44,7 +46,8 @@ export const memoryNeed = (config: ModelConfig): MemoryNeed => {
     servingBytes,
     inPlaceServingBytes,
     loraTrainingBytes: servingBytes <= PACKED_LIMIT_BYTES ? servingBytes : inPlaceServingBytes,
-    fullTrainingBytes: parameters * 4 * 5
+    fullTrainingBytes: parameters * 4 * 5,
+    rollbackBytes: parameters * 4 * 3
   }
 }
 
@@ -118,11 +121,16 @@ export interface MicroBatchFit {
   readonly activationBytes: number
 }
 
-/** How a micro-batch trains: rows of `seqLen`; LoRA or every weight; LoRA's base multiplied in place (`Transformer.products` "heap"). */
+/**
+ * How a micro-batch trains: rows of `seqLen`; LoRA or every weight; LoRA's base multiplied in
+ * place (`Transformer.products` "heap"); the update's rollback point kept on the device beside it
+ * (the device off wasm: device/rollback.ts; a LoRA point is too small to count).
+ */
 export interface TrainingShape {
   readonly seqLen: number
   readonly lora: boolean
   readonly inPlace?: boolean | undefined
+  readonly rollbackOnDevice?: boolean | undefined
 }
 
 /** A micro-batch's memory by the estimate: the weights as training holds them, and bytes per padded token. */
@@ -130,7 +138,7 @@ const trainingFootprint = (config: ModelConfig, shape: TrainingShape) => {
   const need = memoryNeed(config)
   const inPlace = shape.lora && shape.inPlace === true
   return {
-    weights: inPlace ? need.inPlaceServingBytes : shape.lora ? need.servingBytes : need.fullTrainingBytes,
+    weights: inPlace ? need.inPlaceServingBytes : shape.lora ? need.servingBytes : need.fullTrainingBytes + (shape.rollbackOnDevice === true ? need.rollbackBytes : 0),
     perToken: trainingBytesPerToken(config, shape.seqLen, { fusedHead: inPlace })
   }
 }

@@ -2,7 +2,8 @@
  * AdamW (decoupled weight decay) with clipping by global gradient norm, and learning-rate
  * schedules. Weight decay applies to matrices and embedding tables only (rank ≥ 2), never to
  * norm scales or shifts. The moments live in tf variables next to the parameters; `exportState`
- * / `importState` move them (with the step count) in and out of a checkpoint.
+ * / `importState` move them (with the step count) in and out of a checkpoint, `snapshot` keeps
+ * them on the backend for a rollback.
  */
 import * as tf from "@tensorflow/tfjs"
 import { Data } from "effect"
@@ -43,6 +44,15 @@ export interface AdamWOptions {
   readonly weightDecay?: number
   /** Clip gradients to this global L2 norm (default: no clipping). */
   readonly maxGradNorm?: number
+}
+
+/**
+ * The moments (`m.NAME`, `v.NAME`) and the step: copies on the host (`exportState`, a
+ * checkpoint's) or tensors on the backend (`snapshot`, a rollback point's).
+ */
+export interface OptimizerState<T extends Float32Array | tf.Tensor = Float32Array> {
+  readonly step: number
+  readonly tensors: Readonly<Record<string, T>>
 }
 
 export interface UpdateStats {
@@ -132,7 +142,7 @@ export class AdamW {
    * The moments (`m.NAME`, `v.NAME`) and the step, for a checkpoint. Read asynchronously, so on
    * every backend (WebGPU in Node cannot read a tensor synchronously).
    */
-  async exportState(): Promise<{ readonly step: number; readonly tensors: Record<string, Float32Array> }> {
+  async exportState(): Promise<OptimizerState> {
     const step = this.step
     const tensors: Record<string, Float32Array> = {}
     for (const [prefix, moments] of [["m", this.m], ["v", this.v]] as const) {
@@ -141,19 +151,43 @@ export class AdamW {
     return { step, tensors }
   }
 
-  /** Restores `exportState` output; checks every moment first, so it is all or nothing. */
-  importState(state: { readonly step: number; readonly tensors: Record<string, Float32Array> }): void {
+  /**
+   * The moments and the step, kept on the backend: each moment's tensor shares its variable's
+   * memory (`tf.clone` copies nothing on WebGPU, TensorFlow or the CPU backend; on wasm it does),
+   * and keeps the values it had, since an update assigns new tensors to the variables. The caller
+   * disposes them.
+   */
+  snapshot(): OptimizerState<tf.Tensor> {
+    const tensors: Record<string, tf.Tensor> = {}
+    for (const [prefix, moments] of [["m", this.m], ["v", this.v]] as const) {
+      for (const [name, t] of moments) tensors[`${prefix}.${name}`] = tf.clone(t)
+    }
+    return { step: this.step, tensors }
+  }
+
+  /**
+   * Restores `exportState` or `snapshot` output (a snapshot's tensors stay the caller's to
+   * dispose); checks every moment first, so it is all or nothing.
+   */
+  importState(state: OptimizerState<Float32Array | tf.Tensor>): void {
     for (const [name, p] of this.params) {
       for (const k of [`m.${name}`, `v.${name}`]) {
         const t = state.tensors[k]
-        if (t === undefined || t.length !== p.size) throw new OptimizerError({ message: `optimizer state ${k} is missing or has the wrong size` })
+        const fits = t instanceof tf.Tensor ? t.dtype === "float32" && t.shape.join(",") === p.shape.join(",") : t?.length === p.size
+        if (!fits) {
+          throw new OptimizerError({ message: `optimizer state ${k} is missing or has the wrong size` })
+        }
       }
     }
     for (const [name, p] of this.params) {
       for (const [k, store] of [[`m.${name}`, this.m], [`v.${name}`, this.v]] as const) {
-        const t = upload(state.tensors[k]!, p.shape)
-        store.get(name)!.assign(t)
-        t.dispose()
+        const value = state.tensors[k]!
+        if (value instanceof tf.Tensor) store.get(name)!.assign(value)
+        else {
+          const t = upload(value, p.shape)
+          store.get(name)!.assign(t)
+          t.dispose()
+        }
       }
     }
     this.step = state.step
