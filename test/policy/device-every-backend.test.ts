@@ -1,7 +1,8 @@
 /**
  * The device's training side on a real WebGPU device (Mesa's lavapipe here, which `.ci/run`
  * installs) against wasm: Train (one step, π_old the current policy; two steps with π_old scored
- * and the optimizer remade for another weight decay; one whose second step fails, rolled back),
+ * and the optimizer remade for another weight decay; one whose second step fails, and one whose
+ * caller goes away mid-way, both rolled back),
  * GetWeights, Save with the optimizer and Restore, for the whole model and for LoRA adapters (fixtures/device-every-backend.ts). Every
  * read there is asynchronous, as WebGPU in Node needs; both backends train the same model to the
  * same log-probabilities, and their engines then generate the same greedy tokens. Without a Vulkan device the WebGPU half is skipped, except in CI.
@@ -28,7 +29,7 @@ interface Line {
   weights: { tensors: number; version: number; finite: boolean }
   saved: { optimizer: boolean; files: Array<string> }
   restored: { optimizer: boolean; worst: number }
-  rolledBack: { error: string; scores: boolean; steps: Array<number | undefined>; tensors: Array<number>; moments: boolean }
+  rolledBack: { error: string; scores: boolean; steps: Array<number | undefined>; tensors: Array<number>; interrupted: { unfinished: boolean; scores: boolean }; moments: boolean }
 }
 
 const run = (backend: "wasm" | "webgpu"): Array<Line> => {
@@ -64,7 +65,15 @@ const holdsTogether = (lines: ReadonlyArray<Line>, backend: string) => {
     expect(l.saved.files, l.device).toContain(l.device === "lora" ? "adapter_model.safetensors" : "model.safetensors")
     // a failed Train puts back the weights and the optimizer exactly (on wasm copied to the host, elsewhere kept on the device)
     const [tensors] = l.rolledBack.tensors
-    expect(l.rolledBack, l.device).toEqual({ error: expect.stringMatching(/step 1 failed: .*gradient norm/), scores: true, steps: [3, 3], tensors: [tensors, tensors, tensors], moments: true })
+    // so does one whose caller went away mid-update, then and later
+    expect(l.rolledBack, l.device).toEqual({
+      error: expect.stringMatching(/step 1 failed: .*gradient norm/),
+      scores: true,
+      steps: [3, 3],
+      tensors: [tensors, tensors, tensors, tensors],
+      interrupted: { unfinished: true, scores: true },
+      moments: true
+    })
     // Restore puts back exactly what was saved
     expect(l.restored.optimizer, l.device).toBe(true)
     expect(l.restored.worst, l.device).toBeLessThan(1e-6)

@@ -218,6 +218,29 @@ describeWithLayer("device training", TestLayer, 60_000, (it) => {
       expect(out.versions).toEqual([start, start, start])
     }))
 
+  it.effect("a Train whose caller goes away mid-update stops at its step's end and changes nothing, then or later", () =>
+    Effect.gen(function*() {
+      const device = yield* Device.client
+      const start = (yield* device.Info()).version
+      const { before, samples } = yield* fixedBatch
+      const train = yield* Effect.fork(device.Train(new TrainRequest({ steps: Array.from({ length: 400 }, () => samples), settings: settings({ objective: { kind: "sft" } }) })))
+      // Interrupted while it trains, through the worker's RPC. On wasm a step never lets the event
+      // loop run, so the interruption lands between steps; on WebGPU it lands mid-step
+      // (device-every-backend.test.ts holds that case).
+      yield* Effect.sleep("400 millis")
+      expect((yield* device.Info()).version).toBe(start)
+      yield* Fiber.interrupt(train)
+      // a step left running after the rollback would change the weights once it ends: give it time to
+      yield* Effect.sleep("1 second")
+      const after = yield* score([SEQ_UP, SEQ_DOWN])
+      expect(after.version).toBe(start)
+      expect(Array.from(after.logprobs[0]!)).toEqual(Array.from(before.logprobs[0]!))
+      expect(Array.from(after.logprobs[1]!)).toEqual(Array.from(before.logprobs[1]!))
+      // and the next Train starts from there
+      const next = yield* device.Train(new TrainRequest({ steps: [samples], settings: settings() }))
+      expect(next.version).toBe(start + 1)
+    }))
+
   it.effect("GetWeights → SetWeights moves a version to another device: both score and sample alike", () =>
     Effect.gen(function*() {
       const source = yield* deviceClient(Device)

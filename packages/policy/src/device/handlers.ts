@@ -166,7 +166,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
         const before = yield* rollbackPoint("Train", () => trainingRollback(model, optimizer, where))
-        const rollback = Effect.sync(() => before.restore())
+        // Until the engine took the new weights, a failure or the caller going away rolls back.
         const steps = yield* Effect.gen(function*() {
           const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
@@ -174,9 +174,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
             ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, packing), catch: asDeviceError("Train: scoring π_old") })
             : checked
           const batches = yield* Effect.try({ try: () => packSteps(sequences, packing), catch: asDeviceError("Train") })
-          return yield* runSteps(model, adam, batches, objective)
-        }).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : rollback)))
-        yield* swap(version + 1, model).pipe(Effect.tapError(() => rollback))
+          const stats = yield* runSteps(model, adam, batches, objective)
+          yield* swap(version + 1, model)
+          return stats
+        }).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => before.restore()))))
         return new TrainResult({ version, steps, seconds: (performance.now() - started) / 1000 })
       }).pipe(Effect.scoped)
 
@@ -245,9 +246,11 @@ export const deviceHandlers = (options: DeviceOptions) =>
         exclusive(Effect.gen(function*() {
           if (lora !== undefined) return yield* new DeviceError({ message: "SetWeights: this device trains LoRA adapters; it serves its own merged weights" })
           const weights = yield* Effect.try({ try: () => checkWeightsMessage(model, message), catch: asDeviceError("SetWeights") })
-          // the engine first: if it fails, nothing changed
-          yield* swap(message.version, weights)
-          model.setWeights(weights, message.version)
+          // the engine first: if it fails, nothing changed; once it took them, so does the model
+          yield* swap(message.version, weights).pipe(
+            Effect.zipRight(Effect.sync(() => model.setWeights(weights, message.version))),
+            Effect.uninterruptible
+          )
         })),
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
@@ -265,23 +268,26 @@ export const deviceHandlers = (options: DeviceOptions) =>
             const checkpoint = yield* readLoraCheckpointDir(model, lora, dir)
             const v = requested ?? checkpoint.version
             const before = yield* rollbackPoint("Restore", () => trainingRollback(model, optimizer, where))
+            // Restored and taken by the engine, or put back: not left half-way, even if the caller goes away.
             yield* Effect.try({
               try: () => {
                 optimizer.restore(checkpoint.optimizer)
                 model.setAdapters(checkpoint.adapters)
               },
               catch: asDeviceError("Restore")
-            })
-            yield* swap(v, model).pipe(Effect.tapError(() => Effect.sync(() => before.restore())))
+            }).pipe(Effect.zipRight(swap(v, model)), Effect.tapError(() => Effect.sync(() => before.restore())), Effect.uninterruptible)
             return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
           }
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
           // The weights are set only once the engine took them: the optimizer is all a failure undoes.
           const before = yield* rollbackPoint("Restore", () => optimizerRollback(optimizer, where))
-          yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") })
-          yield* swap(v, checkpoint.weights).pipe(Effect.tapError(() => Effect.sync(() => before.restore())))
-          model.setWeights(checkpoint.weights, v)
+          yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") }).pipe(
+            Effect.zipRight(swap(v, checkpoint.weights)),
+            Effect.tapError(() => Effect.sync(() => before.restore())),
+            Effect.zipRight(Effect.sync(() => model.setWeights(checkpoint.weights, v))),
+            Effect.uninterruptible
+          )
           return new RestoreResult({ version: v, optimizer: checkpoint.optimizer !== undefined })
         }).pipe(Effect.scoped))
     })

@@ -165,7 +165,12 @@ export class DeviceOptimizer {
   }
 }
 
-/** Runs the update's steps (yielding to the event loop between them). */
+/**
+ * Runs the update's steps (yielding to the event loop between them). A step is not interrupted:
+ * its promise cannot be stopped, and left running it would apply its update after the rollback
+ * (on WebGPU, whose reads let the event loop run, an interruption lands mid-step). One that comes
+ * during a step takes effect when the step ends.
+ */
 export const runSteps = (
   model: Transformer,
   optimizer: AdamW,
@@ -176,4 +181,4 @@ export const runSteps = (
     Effect.tryPromise({
       try: () => trainStep(model, optimizer, batches, objective),
       catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
-    }).pipe(Effect.zipLeft(yieldToEventLoop)))
+    }).pipe(Effect.uninterruptible, Effect.zipLeft(yieldToEventLoop)))
