@@ -2,13 +2,13 @@
  * Rollback points: what a Train (or a Restore) changes — every weight or only the LoRA adapters,
  * and the optimizer's moments and step — kept so that a failed one puts them back.
  *
- * Where a point is kept depends on the backend. On wasm it is copied to JavaScript memory: a
- * model may fill the 4 GiB heap, and a second copy there would end the backend. Elsewhere
- * (WebGPU, TensorFlow, the CPU backend) it holds the tensors the variables have now: an update
- * assigns new tensors to them, so these keep their values, and nothing is copied. The host copy
- * would read every weight and both moments back from a GPU before each update (~7 GB for
- * Qwen3-0.6B trained whole); kept on the device they cost its memory until the update ends
- * instead, which the micro-batch budget counts (model/memory.ts `rollbackBytes`).
+ * Where a point is kept depends on the backend. Off wasm (WebGPU, TensorFlow, the CPU backend) it
+ * holds the tensors the variables have now: an update assigns new tensors to them, so these keep
+ * their values, and nothing is copied — where a copy on the host would read every weight and both
+ * moments back from a GPU before each update (~7 GB for Qwen3-0.6B trained whole). Kept, the
+ * values an update replaces stay in the device's memory until it ends, which the micro-batch
+ * budget counts (model/memory.ts `rollbackBytes`). On wasm the point is copied to JavaScript
+ * memory instead: a model may fill the 4 GiB heap, which would not hold those values too.
  */
 import * as tf from "@tensorflow/tfjs"
 import type { Transformer } from "../model/transformer.js"

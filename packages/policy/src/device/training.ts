@@ -118,12 +118,9 @@ export class DeviceOptimizer {
     if (previous === undefined) return (this.adam = this.make())
     const state = previous.snapshot()
     try {
-      // The old moments go before the new ones are made: on wasm a snapshot is a copy, and two
-      // optimizers' moments and it together might not fit the heap.
-      previous.dispose()
-      this.adam = undefined
       const next = this.make()
       next.importState(state)
+      previous.dispose()
       return (this.adam = next)
     } finally {
       tf.dispose(Object.values(state.tensors))

@@ -153,9 +153,8 @@ export class AdamW {
 
   /**
    * The moments and the step, kept on the backend: each moment's tensor shares its variable's
-   * memory (`tf.clone` copies nothing on WebGPU, TensorFlow or the CPU backend; on wasm it does),
-   * and keeps the values it had, since an update assigns new tensors to the variables. The caller
-   * disposes them.
+   * memory (`tf.clone` copies nothing), and keeps the values it had, since an update assigns new
+   * tensors to the variables. The caller disposes them.
    */
   snapshot(): OptimizerState<tf.Tensor> {
     const tensors: Record<string, tf.Tensor> = {}
