@@ -1,9 +1,10 @@
 /**
  * `npm run bench -- rollback [--quick] [--reps N]`: what a Train's rollback point costs on this
  * machine's backend (`REINS_BACKEND`), kept on the device (the tensors the weights and moments
- * had: the device's choice off wasm) against copied out to JavaScript (its choice on wasm, and
- * every backend's before 2026-12-08) — taken before the update, then restored, then let go — for
- * a model trained whole, beside one training step of the same model for scale.
+ * had: the device's choice where its memory holds them) against copied out to JavaScript (its
+ * choice where it does not, and always before 2026-12-08) — taken before the update, then
+ * restored, then let go — for a model trained whole, beside one training step of the same model
+ * for scale.
  */
 import { AdamW, initBackend, makeConfig, packSequences, parameterCount, trainStep, Transformer } from "@reins/policy"
 import { trainingRollback, type RollbackWhere } from "../packages/policy/src/device/rollback.js"
@@ -68,7 +69,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       columns: ["kept", "take ms (median)", "take ms [min–max]", "restore ms", "take ÷ training step"],
       rows: (["host", "device"] as const).map((where) => {
         const r = where === "host" ? host : device
-        return [where === "host" ? "copied to the host (before)" : "on the device (now, off wasm)", ms(r.take_ms), `${ms(r.take_range_ms[0]!)}–${ms(r.take_range_ms[1]!)}`, ms(r.restore_ms), `${(r.share_of_step * 100).toFixed(1)}%`]
+        return [where === "host" ? "copied to the host" : "kept on the device", ms(r.take_ms), `${ms(r.take_range_ms[0]!)}–${ms(r.take_range_ms[1]!)}`, ms(r.restore_ms), `${(r.share_of_step * 100).toFixed(1)}%`]
       })
     },
     chart: {

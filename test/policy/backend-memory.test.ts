@@ -10,6 +10,7 @@ import {
   backendMemory,
   decodeHfConfig,
   fitMicroBatchTokens,
+  rollbackFitsOnDevice,
   initAdapters,
   LoraConfig,
   kvCacheBytes,
@@ -134,6 +135,12 @@ describe("fitting a micro-batch", () => {
     expect(fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true, rollbackOnDevice: true })).toEqual(
       fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true })
     )
+    // kept there where the memory holds it beside one row at the context; else copied to the host
+    expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 80 * GIB, seqLen: 4096, lora: false })).toBe(true)
+    expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 16 * GIB, seqLen: 4096, lora: false })).toBe(false) // 12 GB of weights, gradients and moments + 7 kept > ¾ of 16
+    expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 16 * GIB, seqLen: 4096, lora: true })).toBe(true)
+    expect(rollbackFitsOnDevice(SMOLLM2_135M, { memoryBytes: 4 * GIB, seqLen: 2048, lora: false })).toBe(false) // wasm's heap
+    expect(rollbackFitsOnDevice(makeConfig({ vocabSize: 768, dModel: 128, nLayers: 2, nHeads: 4, dFf: 352, contextLength: 640 }), { memoryBytes: 4 * GIB, seqLen: 640, lora: false })).toBe(true)
     const webgpu = fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 1024, lora: false, maxTensorBytes: 2 * GIB })
     expect(webgpu).toMatchObject({ tokens: Math.floor((2 * GIB) / (4 * 151936)), boundBy: "tensor size" })
     // a card too small for the weights and optimizer still gets one row (and the backend's own error if it fails)

@@ -29,7 +29,7 @@ export { decodeHfConfig, encodeHfConfig, HfConfigError, HF_ARCHITECTURES, type H
 export { LoraConfig, LORA_TARGETS, loraSites, initAdapters, mergeAdapters, type LoraTarget, type LoraSite } from "./model/lora.js"
 export { writePeftAdapter, readPeftAdapter, PeftError, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from "./checkpoint/hf/peft.js"
 export { asHfModel, isHfConfig } from "./checkpoint/hf/hfModel.js"
-export { fitMicroBatchTokens, memoryNeed, trainingBytesPerToken, wasmMicroBatchMisfit, wasmMisfit, wasmPacksWeights, WASM_HEAP_BYTES, WASM_TENSOR_SHARE, type MemoryNeed, type MicroBatchFit, type TrainingShape } from "./model/memory.js"
+export { fitMicroBatchTokens, memoryNeed, rollbackFitsOnDevice, trainingBytesPerToken, wasmMicroBatchMisfit, wasmMisfit, wasmPacksWeights, WASM_HEAP_BYTES, WASM_TENSOR_SHARE, type MemoryNeed, type MicroBatchFit, type TrainingShape } from "./model/memory.js"
 export { backendMemory, type BackendMemory, kvCacheBytes, microBatchFit, nvidiaGpuBytes } from "./backendMemory.js"
 export { readHfWeights, readHfParameters, type WeightSink, encodeHfWeights, hfName, HfWeightsError, HF_WEIGHTS_FILE, HF_INDEX_FILE } from "./checkpoint/hf/weights.js"
 export {

@@ -19,7 +19,7 @@ import type { WeightSource } from "../engine/decoder.js"
 import { defaultDecoder, makeEngine } from "../engine/engine.js"
 import type { ModelConfig } from "../model/config.js"
 import { initAdapters, LoraConfig } from "../model/lora.js"
-import { wasmMicroBatchMisfit, wasmMisfit } from "../model/memory.js"
+import { rollbackFitsOnDevice, wasmMicroBatchMisfit, wasmMisfit } from "../model/memory.js"
 import { webgpuDecodeUnsupported } from "../model/webgpuDecode.js"
 import { Transformer } from "../model/transformer.js"
 import { scoreSequences } from "../train/step.js"
@@ -27,7 +27,7 @@ import { BusyClock } from "./busyClock.js"
 import { checkWeightsMessage, readCheckpointDir, saveCheckpointDir, weightsMessage } from "./checkpoint.js"
 import { readLoraCheckpointDir, saveLoraCheckpointDir } from "./loraCheckpoint.js"
 import { DEFAULT_MODEL_ID, ensureDefaultPolicy } from "./defaultPolicy.js"
-import { optimizerRollback, type RollbackPoint, rollbackWhere, trainingRollback } from "./rollback.js"
+import { optimizerRollback, type RollbackPoint, type RollbackWhere, trainingRollback } from "./rollback.js"
 import { Device, type DeviceOptions } from "./Device.js"
 import {
   checkIds,
@@ -100,8 +100,15 @@ export const deviceHandlers = (options: DeviceOptions) =>
       },
       catch: asDeviceError("LoRA")
     })
-    /** Rollback points (rollback.ts), held until the change they guard is done: on the device, or on wasm copied out of its heap. */
-    const where = rollbackWhere(backend)
+    /** Rollback points (rollback.ts), held until the change they guard is done: on the device where its memory holds them, else on the host. */
+    const where: RollbackWhere = rollbackFitsOnDevice(model.config, {
+        memoryBytes: memory.bytes,
+        seqLen: policy.config.contextLength,
+        lora: lora !== undefined,
+        inPlace: model.products === "heap"
+      })
+      ? "device"
+      : "host"
     const rollbackPoint = (what: string, take: () => Promise<RollbackPoint>) =>
       Effect.acquireRelease(Effect.tryPromise({ try: take, catch: asDeviceError(what) }), (point) => Effect.sync(() => point.dispose()))
     const engine = yield* makeEngine({
@@ -122,7 +129,13 @@ export const deviceHandlers = (options: DeviceOptions) =>
     /** A Train's micro-batch the wasm heap would not hold (running out of it would end the backend), refused up front. */
     const oversized = (steps: ReturnType<typeof packSteps>) =>
       Effect.forEach(backend === "wasm" ? steps.flat() : [], (batch) => {
-        const misfit = wasmMicroBatchMisfit(model.config, batch.rows, { seqLen: batch.seqLen, lora: lora !== undefined, inPlace: model.products === "heap", heapBytes: memory.bytes })
+        const misfit = wasmMicroBatchMisfit(model.config, batch.rows, {
+          seqLen: batch.seqLen,
+          lora: lora !== undefined,
+          inPlace: model.products === "heap",
+          rollbackOnDevice: where === "device",
+          heapBytes: memory.bytes
+        })
         return misfit === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `Train: ${misfit}` }))
       }, { discard: true })
     /** At the full context: what Info reports and Score packs by (fixed for the device's life). */

@@ -2,13 +2,14 @@
  * Rollback points: what a Train (or a Restore) changes — every weight or only the LoRA adapters,
  * and the optimizer's moments and step — kept so that a failed one puts them back.
  *
- * Where a point is kept depends on the backend. Off wasm (WebGPU, TensorFlow, the CPU backend) it
- * holds the tensors the variables have now: an update assigns new tensors to them, so these keep
- * their values, and nothing is copied — where a copy on the host would read every weight and both
- * moments back from a GPU before each update (~7 GB for Qwen3-0.6B trained whole). Kept, the
- * values an update replaces stay in the device's memory until it ends, which the micro-batch
- * budget counts (model/memory.ts `rollbackBytes`). On wasm the point is copied to JavaScript
- * memory instead: a model may fill the 4 GiB heap, which would not hold those values too.
+ * A point kept on the device holds the tensors the variables have now: an update assigns new
+ * tensors to them, so these keep their values, and nothing is copied — where a copy on the host
+ * reads every weight and both moments back before each update (~7 GB from a GPU for Qwen3-0.6B
+ * trained whole; 0.2 s on wasm for 23M parameters: `npm run bench -- rollback`). The values an
+ * update replaces then stay in the device's memory until it ends, which the micro-batch budget
+ * counts (model/memory.ts `rollbackBytes`). Where that memory would not hold them beside one row
+ * at the model's context (`rollbackFitsOnDevice`: a model trained whole that nearly fills wasm's
+ * 4 GiB heap), the point is copied to the host instead.
  */
 import * as tf from "@tensorflow/tfjs"
 import type { Transformer } from "../model/transformer.js"
@@ -21,11 +22,8 @@ export interface RollbackPoint {
   readonly dispose: () => void
 }
 
-/** On the device (tensors shared, no copy), or copied to the host (wasm). */
+/** On the device (tensors shared, no copy), or copied to the host (where the device's memory would not hold them). */
 export type RollbackWhere = "device" | "host"
-
-/** Where a backend keeps its rollback points. */
-export const rollbackWhere = (backend: string): RollbackWhere => (backend === "wasm" ? "host" : "device")
 
 /** A point for the optimizer alone: its moments and step (none before its first update). */
 export const optimizerRollback = async (optimizer: DeviceOptimizer, where: RollbackWhere): Promise<RollbackPoint> => {

@@ -124,7 +124,7 @@ export interface MicroBatchFit {
 /**
  * How a micro-batch trains: rows of `seqLen`; LoRA or every weight; LoRA's base multiplied in
  * place (`Transformer.products` "heap"); the update's rollback point kept on the device beside it
- * (the device off wasm: device/rollback.ts; a LoRA point is too small to count).
+ * (`rollbackFitsOnDevice`; a LoRA point is too small to count).
  */
 export interface TrainingShape {
   readonly seqLen: number
@@ -168,6 +168,18 @@ export const fitMicroBatchTokens = (
   if (options.speedTokens !== undefined) candidates.push([options.speedTokens, "speed"])
   const [tokens, boundBy] = candidates.reduce((a, b) => (b[0] < a[0] ? b : a))
   return { tokens: Math.max(options.seqLen, tokens), boundBy, activationBytes }
+}
+
+/**
+ * Whether an update's rollback point may be kept on the device (device/rollback.ts): with the
+ * values it keeps counted, the budget still holds one row of `seqLen`. Always for LoRA, whose
+ * point is the adapters'. Not for a model trained whole that nearly fills its memory (SmolLM2-135M
+ * on wasm's 4 GiB heap): its point is copied out to the host instead.
+ */
+export const rollbackFitsOnDevice = (config: ModelConfig, options: TrainingShape & { readonly memoryBytes: number }): boolean => {
+  if (options.lora) return true
+  const kept = { ...options, rollbackOnDevice: true }
+  return fitMicroBatchTokens(config, kept).activationBytes >= trainingFootprint(config, kept).perToken * options.seqLen
 }
 
 /**
