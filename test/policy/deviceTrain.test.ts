@@ -223,7 +223,7 @@ describeWithLayer("device training", TestLayer, 60_000, (it) => {
       const device = yield* Device.client
       const start = (yield* device.Info()).version
       const { before, samples } = yield* fixedBatch
-      const train = yield* Effect.fork(device.Train(new TrainRequest({ steps: Array.from({ length: 400 }, () => samples), settings: settings({ objective: { kind: "sft" } }) })))
+      const train = yield* Effect.fork(device.Train(new TrainRequest({ steps: Array.from({ length: 2000 }, () => samples), settings: settings({ objective: { kind: "sft" } }) })))
       // Interrupted while it trains, through the worker's RPC. On wasm a step never lets the event
       // loop run, so the interruption lands between steps; on WebGPU it lands mid-step
       // (device-every-backend.test.ts holds that case).
