@@ -2,8 +2,8 @@
  * The device's training side on a real WebGPU device (Mesa's lavapipe here, which `.ci/run`
  * installs) against wasm: Train (one step, π_old the current policy; two steps with π_old scored
  * and the optimizer remade for another weight decay; one whose second step fails, and one whose
- * caller goes away mid-way, both rolled back),
- * GetWeights, Save with the optimizer and Restore, for the whole model and for LoRA adapters (fixtures/device-every-backend.ts). Every
+ * caller goes away mid-way, both rolled back), GetWeights, Save with the optimizer and Restore,
+ * for the whole model and for LoRA adapters (fixtures/device-every-backend.ts). Every
  * read there is asynchronous, as WebGPU in Node needs; both backends train the same model to the
  * same log-probabilities, and their engines then generate the same greedy tokens. Without a Vulkan device the WebGPU half is skipped, except in CI.
  */
@@ -63,9 +63,9 @@ const holdsTogether = (lines: ReadonlyArray<Line>, backend: string) => {
     expect(l.saved.optimizer, l.device).toBe(true)
     expect(l.saved.files, l.device).toContain("optimizer.safetensors")
     expect(l.saved.files, l.device).toContain(l.device === "lora" ? "adapter_model.safetensors" : "model.safetensors")
-    // a failed Train puts back the weights and the optimizer exactly (on wasm copied to the host, elsewhere kept on the device)
+    // a failed Train puts back the weights and the optimizer exactly (its rollback point kept on the
+    // device: the model is small), and so does one whose caller went away mid-update, then and later
     const [tensors] = l.rolledBack.tensors
-    // so does one whose caller went away mid-update, then and later
     expect(l.rolledBack, l.device).toEqual({
       error: expect.stringMatching(/step 1 failed: .*gradient norm/),
       scores: true,
