@@ -135,8 +135,10 @@ describe("fitting a micro-batch", () => {
     expect(fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true, rollbackOnDevice: true })).toEqual(
       fitMicroBatchTokens(QWEN3_06B, { memoryBytes: 141 * GIB, seqLen: 4096, lora: true })
     )
-    // kept there where the memory holds it beside one row at the context; else copied to the host
+    // kept there where the memory holds it beside the micro-batch (one row, or the tokens the request fixes); else copied to the host
     expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 80 * GIB, seqLen: 4096, lora: false })).toBe(true)
+    expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 80 * GIB, seqLen: 4096, lora: false, tokens: 8192 })).toBe(false) // 2 rows: 65 GB of activations
+    expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 80 * GIB, seqLen: 40960, lora: false })).toBe(false) // a row at its whole context fits no card: decided per request
     expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 16 * GIB, seqLen: 4096, lora: false })).toBe(false) // 12 GB of weights, gradients and moments + 7 kept > ¾ of 16
     expect(rollbackFitsOnDevice(QWEN3_06B, { memoryBytes: 16 * GIB, seqLen: 4096, lora: true })).toBe(true)
     expect(rollbackFitsOnDevice(SMOLLM2_135M, { memoryBytes: 4 * GIB, seqLen: 2048, lora: false })).toBe(false) // wasm's heap

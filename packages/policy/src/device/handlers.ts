@@ -100,15 +100,14 @@ export const deviceHandlers = (options: DeviceOptions) =>
       },
       catch: asDeviceError("LoRA")
     })
-    /** Rollback points (rollback.ts), held until the change they guard is done: on the device where its memory holds them, else on the host. */
-    const where: RollbackWhere = rollbackFitsOnDevice(model.config, {
-        memoryBytes: memory.bytes,
-        seqLen: policy.config.contextLength,
-        lora: lora !== undefined,
-        inPlace: model.products === "heap"
-      })
-      ? "device"
-      : "host"
+    const shape = (seqLen: number) => ({ seqLen, lora: lora !== undefined, inPlace: model.products === "heap" })
+    /**
+     * Where a rollback point (rollback.ts) is kept while the change it guards runs: on the device
+     * where its memory holds it beside the change's micro-batch (rows of `seqLen`; `tokens` when the
+     * request fixes it), else on the host.
+     */
+    const rollbackWhere = (seqLen: number, tokens?: number): RollbackWhere =>
+      rollbackFitsOnDevice(model.config, { memoryBytes: memory.bytes, ...shape(seqLen), tokens }) ? "device" : "host"
     const rollbackPoint = (what: string, take: () => Promise<RollbackPoint>) =>
       Effect.acquireRelease(Effect.tryPromise({ try: take, catch: asDeviceError(what) }), (point) => Effect.sync(() => point.dispose()))
     const engine = yield* makeEngine({
@@ -124,18 +123,12 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const clock = new BusyClock()
     const exclusive = (yield* Effect.makeSemaphore(1)).withPermits(1)
     const contextLength = policy.config.contextLength
-    /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory. */
-    const microBatchTokens = (seqLen: number) => microBatchFit(model.config, memory, { seqLen, lora: lora !== undefined, inPlace: model.products === "heap", rollbackOnDevice: where === "device" }).tokens
+    /** Padded tokens per micro-batch for rows of `seqLen`, from the backend's memory (less a rollback point kept beside it). */
+    const microBatchTokens = (seqLen: number, where?: RollbackWhere) => microBatchFit(model.config, memory, { ...shape(seqLen), rollbackOnDevice: where === "device" }).tokens
     /** A Train's micro-batch the wasm heap would not hold (running out of it would end the backend), refused up front. */
-    const oversized = (steps: ReturnType<typeof packSteps>) =>
+    const oversized = (steps: ReturnType<typeof packSteps>, where: RollbackWhere) =>
       Effect.forEach(backend === "wasm" ? steps.flat() : [], (batch) => {
-        const misfit = wasmMicroBatchMisfit(model.config, batch.rows, {
-          seqLen: batch.seqLen,
-          lora: lora !== undefined,
-          inPlace: model.products === "heap",
-          rollbackOnDevice: where === "device",
-          heapBytes: memory.bytes
-        })
+        const misfit = wasmMicroBatchMisfit(model.config, batch.rows, { ...shape(batch.seqLen), rollbackOnDevice: where === "device", heapBytes: memory.bytes })
         return misfit === undefined ? Effect.void : Effect.fail(new DeviceError({ message: `Train: ${misfit}` }))
       }, { discard: true })
     /** At the full context: what Info reports and Score packs by (fixed for the device's life). */
@@ -172,10 +165,11 @@ export const deviceHandlers = (options: DeviceOptions) =>
       Effect.gen(function*() {
         const started = performance.now()
         const { settings } = request
-        const packing = { maxTokens: settings.microBatchTokens ?? microBatchTokens(settings.maxSeqLen), maxSeqLen: settings.maxSeqLen }
         const checked = yield* Effect.try({ try: () => checkTrainRequest(request, model.config), catch: asDeviceError("Train") })
+        const where = rollbackWhere(settings.maxSeqLen, settings.microBatchTokens)
+        const packing = { maxTokens: settings.microBatchTokens ?? microBatchTokens(settings.maxSeqLen, where), maxSeqLen: settings.maxSeqLen }
         // Before π_old is scored: the same rows, packed the same way.
-        yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }))
+        yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }), where)
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
         const before = yield* rollbackPoint("Train", () => trainingRollback(model, optimizer, where))
@@ -280,7 +274,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           if (lora !== undefined) {
             const checkpoint = yield* readLoraCheckpointDir(model, lora, dir)
             const v = requested ?? checkpoint.version
-            const before = yield* rollbackPoint("Restore", () => trainingRollback(model, optimizer, where))
+            const before = yield* rollbackPoint("Restore", () => trainingRollback(model, optimizer, "device")) // adapters: small
             // Restored and taken by the engine, or put back: not left half-way, even if the caller goes away.
             yield* Effect.try({
               try: () => {
@@ -294,7 +288,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
           const checkpoint = yield* readCheckpointDir(model, dir)
           const v = requested ?? checkpoint.version
           // The weights are set only once the engine took them: the optimizer is all a failure undoes.
-          const before = yield* rollbackPoint("Restore", () => optimizerRollback(optimizer, where))
+          // no activations beside it: where a Train's shortest micro-batch would fit
+          const before = yield* rollbackPoint("Restore", () => optimizerRollback(optimizer, rollbackWhere(8)))
           yield* Effect.try({ try: () => optimizer.restore(checkpoint.optimizer), catch: asDeviceError("Restore") }).pipe(
             Effect.zipRight(swap(v, checkpoint.weights)),
             Effect.tapError(() => Effect.sync(() => before.restore())),

@@ -7,8 +7,8 @@
  * reads every weight and both moments back before each update (~7 GB from a GPU for Qwen3-0.6B
  * trained whole; 0.2 s on wasm for 23M parameters: `npm run bench -- rollback`). The values an
  * update replaces then stay in the device's memory until it ends, which the micro-batch budget
- * counts (model/memory.ts `rollbackBytes`). Where that memory would not hold them beside one row
- * at the model's context (`rollbackFitsOnDevice`: a model trained whole that nearly fills wasm's
+ * counts (model/memory.ts `rollbackBytes`). Where that memory would not hold them beside the
+ * update's micro-batch (`rollbackFitsOnDevice`: a model trained whole that nearly fills wasm's
  * 4 GiB heap), the point is copied to the host instead.
  */
 import * as tf from "@tensorflow/tfjs"

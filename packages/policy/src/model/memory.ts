@@ -172,14 +172,17 @@ export const fitMicroBatchTokens = (
 
 /**
  * Whether an update's rollback point may be kept on the device (device/rollback.ts): with the
- * values it keeps counted, the budget still holds one row of `seqLen`. Always for LoRA, whose
- * point is the adapters'. Not for a model trained whole that nearly fills its memory (SmolLM2-135M
- * on wasm's 4 GiB heap): its point is copied out to the host instead.
+ * values it keeps counted, the budget still holds a micro-batch of `tokens` (default: one row of
+ * `seqLen`). Always for LoRA, whose point is the adapters'. Not for a model trained whole that
+ * nearly fills its memory (SmolLM2-135M on wasm's 4 GiB heap): its point is copied out to the host.
  */
-export const rollbackFitsOnDevice = (config: ModelConfig, options: TrainingShape & { readonly memoryBytes: number }): boolean => {
+export const rollbackFitsOnDevice = (
+  config: ModelConfig,
+  options: TrainingShape & { readonly memoryBytes: number; readonly tokens?: number | undefined }
+): boolean => {
   if (options.lora) return true
   const kept = { ...options, rollbackOnDevice: true }
-  return fitMicroBatchTokens(config, kept).activationBytes >= trainingFootprint(config, kept).perToken * options.seqLen
+  return fitMicroBatchTokens(config, kept).activationBytes >= trainingFootprint(config, kept).perToken * Math.max(options.seqLen, options.tokens ?? 0)
 }
 
 /**
