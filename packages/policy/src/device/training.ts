@@ -112,19 +112,23 @@ export class DeviceOptimizer {
   configure(settings: { readonly lr: number; readonly weightDecay: number; readonly maxGradNorm?: number | undefined }): AdamW {
     this.lr = settings.lr
     if (this.adam !== undefined && this.weightDecay === settings.weightDecay && this.maxGradNorm === settings.maxGradNorm) return this.adam
+    const previous = this.adam
+    const state = previous?.snapshot()
+    let next: AdamW | undefined
+    try {
+      next = this.make(settings)
+      if (state !== undefined) next.importState(state)
+    } catch (e) {
+      next?.dispose()
+      throw e
+    } finally {
+      if (state !== undefined) tf.dispose(Object.values(state.tensors))
+    }
+    // Only now: on an error above, the optimizer and its settings stay as they were.
+    previous?.dispose()
     this.weightDecay = settings.weightDecay
     this.maxGradNorm = settings.maxGradNorm
-    const previous = this.adam
-    if (previous === undefined) return (this.adam = this.make())
-    const state = previous.snapshot()
-    try {
-      const next = this.make()
-      next.importState(state)
-      previous.dispose()
-      return (this.adam = next)
-    } finally {
-      tf.dispose(Object.values(state.tensors))
-    }
+    return (this.adam = next)
   }
 
   /**
@@ -153,11 +157,11 @@ export class DeviceOptimizer {
     this.adam = undefined
   }
 
-  private make(): AdamW {
+  private make(settings: { readonly weightDecay: number; readonly maxGradNorm?: number | undefined } = { weightDecay: this.weightDecay, maxGradNorm: this.maxGradNorm }): AdamW {
     return new AdamW(this.model.trainable, {
       lr: () => this.lr,
-      weightDecay: this.weightDecay,
-      ...(this.maxGradNorm !== undefined ? { maxGradNorm: this.maxGradNorm } : {})
+      weightDecay: settings.weightDecay,
+      ...(settings.maxGradNorm !== undefined ? { maxGradNorm: settings.maxGradNorm } : {})
     })
   }
 }
