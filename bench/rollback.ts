@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- rollback [--quick] [--reps N]`: what a Train's rollback point costs on this
+ * `npm run bench -- rollback [--quick] [--reps N] [--out DIR]`: what a Train's rollback point costs on this
  * machine's backend (`REINS_BACKEND`), kept on the device (the tensors the weights and moments
  * had: the device's choice where its memory holds them) against copied out to JavaScript (its
  * choice where it does not, and always before 2026-12-08) — taken before the update, then
@@ -21,6 +21,7 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
   const quick = args.includes("--quick")
   const reps = Number(option(args, "--reps") ?? (quick ? 2 : 5))
   if (!(Number.isInteger(reps) && reps >= 1)) throw new Error("--reps: a positive integer")
+  const out = option(args, "--out")
   const backend = await initBackend()
   const config = quick
     ? makeConfig({ vocabSize: 1024, dModel: 128, nLayers: 2, nHeads: 4, nKvHeads: 2, headDimension: 32, dFf: 384, contextLength: 128 })
@@ -81,5 +82,5 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
       `${(parameterCount(config) / 1e6).toFixed(1)}M parameters: the point holds the weights and AdamW's two moments, ${keptMB.toFixed(0)} MB. Median of ${reps} alternating repeats; one SFT step of 4 × 128 tokens takes ${ms(step)} ms (median) for scale.`,
       `Taking the point on the device is ${(host.take_ms / device.take_ms).toFixed(0)}× faster than copying it out, which reads every weight and moment back before each update (on a GPU, across its bus).`
     ]
-  })
+  }, out)
 }

@@ -7,6 +7,7 @@
  *   app/dist/       the bundles, made by esbuild from the TypeScript sources:
  *     check.mjs       the check (bench/gpu.ts)
  *     headline.mjs    the headline (bench/sync-vs-async.ts: Gateway, Controller, Trainer, devices)
+ *     rollback.mjs    a Train's rollback point kept on the device vs copied out (bench/rollback.ts)
  *     device-worker.mjs, worker.js
  *                     the device's worker thread (Device.ts starts `./worker.js` beside itself)
  *     chunk-*.mjs     the modules those entries share (reins, effect, TensorFlow.js, ...)
@@ -18,7 +19,8 @@
  *                   addon (the Gateway's store), the dashboard's libraries (preact, htm,
  *                   uplot), and `openai` bundled for the calc harness
  *   lib/            this machine's Vulkan loader (libvulkan.so.1.xz), for a GPU machine without one
- *   run.sh          unpacks node and runs the check, or (`run.sh headline`) the headline
+ *   run.sh          unpacks node and runs the check, or (`run.sh headline`) the headline, or
+ *                   (`run.sh rollback`) the rollback bench
  *
  * The headline runs its workload from the repository's examples/, which the GPU machine has (the
  * working tree is copied there); run.sh links the pack's node_modules/ into it for the harness.
@@ -68,7 +70,7 @@ const BANNER = [
   "const __dirname = __reinsPath(new URL('.', import.meta.url))"
 ].join(";")
 
-// Three entries sharing their modules as chunks, all in one folder: a module's
+// Four entries sharing their modules as chunks, all in one folder: a module's
 // `new URL("./x", import.meta.url)` then finds x beside whichever chunk holds it. Two levels down
 // (app/dist/), as dist/dashboard/ is in the gateway package, so the dashboard's `../../ui/` is ui/.
 const js = path.join(out, "app/dist")
@@ -76,6 +78,7 @@ await build({
   entryPoints: {
     check: path.join(root, "bench/gpu/main.ts"),
     headline: path.join(root, "bench/gpu/headline.ts"),
+    rollback: path.join(root, "bench/gpu/rollback.ts"),
     "device-worker": path.join(root, "packages/policy/src/device/worker.ts")
   },
   outdir: js,
@@ -189,4 +192,4 @@ if (mib + repoMib >= 64) {
   console.error(`the pack (${mib.toFixed(1)} MiB) and the repository's tracked files (${repoMib.toFixed(1)} MiB) are over the 64 MiB a copy to the GPU machine allows`)
   process.exit(1)
 }
-if (!["check.mjs", "headline.mjs", "device-worker.mjs"].every((f) => existsSync(path.join(js, f)))) process.exit(1)
+if (!["check.mjs", "headline.mjs", "rollback.mjs", "device-worker.mjs"].every((f) => existsSync(path.join(js, f)))) process.exit(1)

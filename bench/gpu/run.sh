@@ -6,7 +6,9 @@
 #                               default backend: REINS_BACKEND, else webgpu)
 #   run.sh headline [options]   sync-vs-async with the device on REINS_BACKEND (else webgpu) and the
 #                               harnesses on the CPU cores: sync-vs-async.* (bench/sync-vs-async.ts options)
-# Both write gpu-nvidia-smi.txt.
+#   run.sh rollback [options]   a Train's rollback point kept on the device vs copied out, on
+#                               REINS_BACKEND (else webgpu): rollback-<backend>.* (bench/rollback.ts options)
+# All write gpu-nvidia-smi.txt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/../../results}
@@ -53,6 +55,10 @@ if [ "${1:-}" = headline ]; then
   [ -e "$repo/node_modules" ] || ln -s "$here/node_modules" "$repo/node_modules"
   cd "$repo"
   REINS_BACKEND=$backend exec "$node" "$here/app/dist/headline.mjs" --out "$out" "$@"
+fi
+if [ "${1:-}" = rollback ]; then
+  shift
+  REINS_BACKEND=$backend exec "$node" "$here/app/dist/rollback.mjs" --out "$out" "$@"
 fi
 unset REINS_BACKEND
 exec "$node" "$here/app/dist/check.mjs" --backend "$backend" --out "$out" "$@"

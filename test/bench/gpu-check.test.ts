@@ -42,6 +42,7 @@ describe("the GPU check", () => {
       const f of [
         "app/dist/check.mjs",
         "app/dist/headline.mjs",
+        "app/dist/rollback.mjs",
         "app/dist/worker.js",
         "app/dist/chat_template.jinja",
         "ui/app.js",
@@ -132,6 +133,19 @@ describe("the GPU check", () => {
     })
     expect(noGpu.status).toBe(1)
     expect(noGpu.stderr).toMatch(/^sync-vs-async: .*backend webgpu was requested but cannot start: (no Vulkan loader|Dawn found no WebGPU adapter).*$/m)
+
+    // The rollback bench from the same pack: both kinds of point, timed, with the step beside them.
+    const rollback = spawnSync("bash", [path.join(pack, "run.sh"), "rollback", "--quick"], {
+      env: { ...process.env, NODE_OPTIONS: "", OUT: out, REINS_BACKEND: "wasm" },
+      encoding: "utf8",
+      timeout: 60_000
+    })
+    expect(rollback.status, rollback.stderr).toBe(0)
+    const r = JSON.parse(readFileSync(path.join(out, "rollback-wasm-quick.json"), "utf8"))
+    expect(r.backend).toBe("wasm")
+    for (const kept of [r.host, r.device]) expect(kept.take_ms).toBeGreaterThan(0)
+    expect(r.step_ms).toBeGreaterThan(0)
+    for (const f of ["rollback-wasm-quick.md", "rollback-wasm-quick.svg"]) expect(existsSync(path.join(out, f)), f).toBe(true)
   }, 420_000)
 
   it("on a backend that cannot read synchronously, as WebGPU in Node: every part runs, the engine on the reference device decoder", () => {
