@@ -20,6 +20,7 @@ import { Data } from "effect"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
+import { watchGpuErrors } from "./gpuErrors.js"
 
 export type BackendName = "tensorflow" | "webgpu" | "wasm" | "cpu"
 export const BACKENDS: ReadonlyArray<BackendName> = ["tensorflow", "webgpu", "wasm", "cpu"]
@@ -211,6 +212,7 @@ const activate = async ({ load, name }: Candidate): Promise<void> => {
   }
   if (!ready) throw new Missing("tfjs could not start it")
   if (name === "wasm") shareIdentityBuffers()
+  if (name === "webgpu") watchGpuErrors()
 }
 
 const parseOverride = (value: string | undefined): BackendName | undefined => {

@@ -13,6 +13,7 @@ import { Effect, Exit, Stream } from "effect"
 import { existsSync } from "node:fs"
 import path from "node:path"
 import { initBackend } from "../backend.js"
+import { takeGpuErrors } from "../gpuErrors.js"
 import { backendMemory, kvCacheBytes, microBatchFit } from "../backendMemory.js"
 import { loadModel, readModelConfig } from "../checkpoint/modelDir.js"
 import type { WeightSource } from "../engine/decoder.js"
@@ -33,6 +34,7 @@ import {
   checkIds,
   checkTrainRequest,
   DeviceOptimizer,
+  gpuFailure,
   packSteps,
   runSteps,
   withOldLogprobs
@@ -172,6 +174,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
         yield* oversized(yield* Effect.try({ try: () => packSteps(checked, packing), catch: asDeviceError("Train") }), where)
         // The wire's objective is the loss's own shape (`Objective`).
         const objective = settings.objective
+        const earlier = takeGpuErrors()
+        if (earlier !== undefined) yield* Effect.logWarning(`the GPU reported errors since the last Train or Score, outside them: ${earlier}`)
         const before = yield* rollbackPoint("Train", () => trainingRollback(model, optimizer, where))
         // Until the engine took the new weights, a failure or the caller going away rolls back.
         const steps = yield* Effect.gen(function*() {
@@ -243,6 +247,8 @@ export const deviceHandlers = (options: DeviceOptions) =>
               maxTokens: contextMicroBatchTokens,
               maxSeqLen: contextLength
             })
+            const failed = gpuFailure("Score")
+            if (failed !== undefined) throw failed
             for (const lp of scored) if (lp.length > 0) lp[0] = 0
             return new ScoreResult({ version, logprobs: scored })
           },

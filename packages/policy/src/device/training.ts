@@ -13,6 +13,7 @@ import type { Objective } from "../train/losses.js"
 import { type MicroBatch, packSequences, type PackOptions, type TrainingSequence } from "../train/microbatch.js"
 import { AdamW, type OptimizerState } from "../train/optimizer.js"
 import { scoreSequences, trainStep } from "../train/step.js"
+import { takeGpuErrors } from "../gpuErrors.js"
 
 const invalid = (message: string) => new DeviceError({ message: `Train: ${message}` })
 
@@ -167,10 +168,20 @@ export class DeviceOptimizer {
 }
 
 /**
+ * The errors the GPU reported during `what` without throwing (gpuErrors.ts), as the error that
+ * fails it, or undefined: what it computed came from buffers that were never made.
+ */
+export const gpuFailure = (what: string): DeviceError | undefined => {
+  const reported = takeGpuErrors()
+  return reported === undefined ? undefined : new DeviceError({ message: `${what}: the GPU reported an error, so nothing computed since is used: ${reported}` })
+}
+
+/**
  * Runs the update's steps (yielding to the event loop between them). A step is not interrupted:
  * its promise cannot be stopped, and left running it would apply its update after the rollback
  * (on WebGPU, whose reads let the event loop run, an interruption lands mid-step). One that comes
- * during a step takes effect when the step ends.
+ * during a step takes effect when the step ends. A step in which the GPU reported an error fails
+ * the update (and so rolls it back).
  */
 export const runSteps = (
   model: Transformer,
@@ -182,4 +193,11 @@ export const runSteps = (
     Effect.tryPromise({
       try: () => trainStep(model, optimizer, batches, objective),
       catch: (e) => new DeviceError({ message: `Train: step ${s} failed: ${e instanceof Error ? e.message : String(e)}` })
-    }).pipe(Effect.uninterruptible, Effect.zipLeft(yieldToEventLoop)))
+    }).pipe(
+      Effect.uninterruptible,
+      Effect.zipLeft(Effect.suspend(() => {
+        const failed = gpuFailure(`Train: step ${s}`)
+        return failed === undefined ? Effect.void : Effect.fail(failed)
+      })),
+      Effect.zipLeft(yieldToEventLoop)
+    ))
