@@ -14,7 +14,7 @@
  * says everything it can. Writes gpu.json, gpu.md and gpu.svg (`gpu-quick.*` with --quick) into
  * --out (default bench/results/).
  */
-import { backendMemory, type BackendName, BACKENDS, initBackend, microBatchFit, parameterCount } from "@reins/policy"
+import { backendMemory, type BackendName, BACKENDS, initBackend, microBatchFit, parameterCount, takeGpuErrors } from "@reins/policy"
 import * as tf from "@tensorflow/tfjs"
 import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -98,25 +98,34 @@ export default async (args: ReadonlyArray<string>): Promise<void> => {
 
   const correctness = await checkCorrectness(backend, reference)
   console.log("correctness", correctness)
+  // errors WebGPU reported without throwing, by part: what such a part computed is not to be trusted
+  const gpuErrors: GpuErrors = { correctness: takeGpuErrors() ?? null, bounds: null, speed: null }
   const reps = quick ? 1 : 3
   if (gpu && !quick) await warmUp(5)
   const matmul = await orError(() => matmulBound({ gpu, reps: gpu ? 5 : reps, quick }))
   const bandwidth = await orError(() => bandwidthBound({ mib: gpu ? 1024 : quick ? 64 : 256, reps }))
   const dispatch = await orError(() => dispatchCost({ reps }))
   console.log("bounds", { matmul, bandwidth, dispatch })
+  gpuErrors.bounds = takeGpuErrors() ?? null
   const noSpeed = (error: string) => ({ misfit: null, rows: [] as ReadonlyArray<SpeedRow>, error })
   const speed = "error" in matmul || "error" in bandwidth
     ? noSpeed(`no bound: ${"error" in matmul ? matmul.error : "error" in bandwidth ? bandwidth.error : ""}`)
     : await measureSpeed({ config, s, backend, matmul, bandwidth, microBatchTokens }).catch((e) => noSpeed(message(e)))
   console.log("speed", speed)
-  report({ quick, out, backend, reference, title, config, s, microBatchTokens, submitBatch: submitBatch === undefined ? null : Number(submitBatch), correctness, matmul, bandwidth, dispatch, speed })
+  gpuErrors.speed = takeGpuErrors() ?? null
+  if (Object.values(gpuErrors).some((e) => e !== null)) console.log("GPU errors", gpuErrors)
+  report({ quick, out, backend, reference, title, config, s, microBatchTokens, submitBatch: submitBatch === undefined ? null : Number(submitBatch), correctness, matmul, bandwidth, dispatch, speed, gpuErrors })
 }
+
+/** The errors WebGPU reported without throwing during each part of the check (gpuErrors.ts), or null. */
+interface GpuErrors { correctness: string | null; bounds: string | null; speed: string | null }
 
 const report = (r: {
   quick: boolean; out: string; backend: string; reference: string; title: string; config: ReturnType<typeof speedConfig>["config"]; s: (typeof SETTINGS)["full"]
   microBatchTokens: number; submitBatch: number | null; correctness: Correctness; matmul: MatmulBound | { readonly error: string }; bandwidth: BandwidthBound | { readonly error: string }
   dispatch: DispatchCost | { readonly error: string }
   speed: { readonly misfit: string | null; readonly rows: ReadonlyArray<SpeedRow>; readonly error?: string }
+  gpuErrors: GpuErrors
 }) => {
   const c = r.correctness
   const verdict = (ok: boolean) => (ok ? "met" : "missed")
@@ -131,6 +140,7 @@ const report = (r: {
         ? ["engine, greedy tokens", `failed: ${c.generation.error}`, "", "", "", "missed"]
         : ["engine, greedy tokens: same; logprobs max |Δ|", c.generation.sameTokens ? c.generation.logprobMaxAbsDiff : `tokens differ (max |Δ| before: ${c.generation.logprobMaxAbsDiff})`, "", TOLERANCE.logprob, "", verdict(c.generation.sameTokens && c.generation.logprobMaxAbsDiff <= TOLERANCE.logprob)]
     ]
+  const errorRows = Object.entries(r.gpuErrors).map(([part, e]) => [`GPU errors reported without throwing, ${part}`, e ?? "none", "", "none", "", e === null ? "met" : "missed"])
   const speedRows = r.speed.rows.map((x) => [
     x.label,
     x.measured ?? `not run: ${x.error}`,
@@ -146,6 +156,7 @@ const report = (r: {
     "error" in r.matmul ? `Matmul bound not measured: ${r.matmul.error}.` : `Matmul bound: fp32 tf.matMul ${r.matmul.gflops.toFixed(1)} GFLOP/s, the best of ${r.matmul.sizes.map((x) => `${x.n}³ ${x.gflops.toFixed(1)}`).join(", ")}${(r.backend === "webgpu" || r.backend === "tensorflow") && !r.quick ? " (measured after 5 s of large products, so the GPU's clocks are up)" : ""}.`,
     "error" in r.bandwidth ? `Bandwidth bound not measured: ${r.bandwidth.error}.` : `Bandwidth bound: ${r.bandwidth.gbps.toFixed(1)} GB/s, the best of tf.add ${r.bandwidth.probes.add.toFixed(1)}, tf.sum ${r.bandwidth.probes.sum.toFixed(1)}${r.bandwidth.probes.copy === undefined ? "" : ` and a WebGPU buffer copy ${r.bandwidth.probes.copy.toFixed(1)}`} over ${r.bandwidth.mib} MiB.`,
     "error" in r.dispatch ? `Dispatch cost not measured: ${r.dispatch.error}.` : `Dispatch: one tiny op read back in ${(r.dispatch.readbackS * 1e3).toFixed(3)} ms; ${(r.dispatch.perOpS * 1e6).toFixed(1)} µs per op queued (a chain of 200 tiny adds read once), ${(r.dispatch.perOpWithUploadS * 1e6).toFixed(1)} µs when each op also uploads a scalar.`,
+    `GPU errors: what WebGPU reports as an uncaptured error (an allocation out of memory, a call it rejects) does not throw, and the computation goes on with buffers never made; a part with one is not to be trusted, whatever its figures say.`,
     `Goals: correctness within the tolerances; ≥ ${GOAL} of the matmul bound training and decoding in batches, ≥ ${GOAL} of the bandwidth bound decoding one sequence.${r.quick ? " QUICK RUN: tiny sizes, a smoke check of the logic, not a measurement." : ""}`
   ]
   writeReport({
@@ -153,9 +164,9 @@ const report = (r: {
     json: {
       backend: r.backend, reference: r.reference, adapter: adapterInfo(), model: r.title, parameters: parameterCount(r.config), settings: r.s,
       micro_batch_tokens: r.microBatchTokens, webgpu_submit_batch: r.submitBatch, tolerance: TOLERANCE, goal_fraction: GOAL, correctness: r.correctness,
-      bounds: { matmul: r.matmul, bandwidth: r.bandwidth, dispatch: r.dispatch }, speed: r.speed, quick: r.quick
+      bounds: { matmul: r.matmul, bandwidth: r.bandwidth, dispatch: r.dispatch }, speed: r.speed, gpu_errors: r.gpuErrors, quick: r.quick
     },
-    table: { columns: ["measure", "measured", "unit", "bound or tolerance", "fraction of bound", "goal"], rows: [...correctnessRows, ...speedRows] },
+    table: { columns: ["measure", "measured", "unit", "bound or tolerance", "fraction of bound", "goal"], rows: [...correctnessRows, ...errorRows, ...speedRows] },
     chart: {
       title: `GPU check (${r.backend}): fraction of the device's bound`,
       unit: "fraction of bound",

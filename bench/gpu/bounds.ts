@@ -117,7 +117,11 @@ const copyBandwidth = async (device: GpuDevice, bytes: number, reps: number): Pr
 }
 
 export const bandwidthBound = async (options: { readonly mib: number; readonly reps: number }): Promise<BandwidthBound> => {
-  const n = (options.mib * 2 ** 20) / 4
+  // No larger than WebGPU binds in one go: a larger tensor makes an invalid kernel that computes
+  // nothing and throws nothing (lavapipe binds 128 MiB; its 1 GiB tf.sum "ran" at 4,501 GB/s).
+  const bindable = (tf.backend() as unknown as { device?: { limits?: { maxStorageBufferBindingSize?: number } } }).device?.limits?.maxStorageBufferBindingSize
+  const mib = Math.min(options.mib, bindable === undefined ? Infinity : Math.floor(bindable / 2 ** 20))
+  const n = (mib * 2 ** 20) / 4
   const a = tf.randomUniform([n])
   const b = tf.randomUniform([n])
   const add = (3 * 4 * n) / (await timed(() => tf.add(a, b), options.reps)) / 1e9
@@ -125,7 +129,7 @@ export const bandwidthBound = async (options: { readonly mib: number; readonly r
   tf.dispose([a, b])
   const device = tf.getBackend() === "webgpu" ? (tf.backend() as unknown as { device: GpuDevice }).device : undefined
   const copy = device === undefined ? undefined : await copyBandwidth(device, 4 * n, options.reps)
-  return { gbps: Math.max(add, sum, copy ?? 0), probes: { add, sum, ...(copy === undefined ? {} : { copy }) }, mib: options.mib }
+  return { gbps: Math.max(add, sum, copy ?? 0), probes: { add, sum, ...(copy === undefined ? {} : { copy }) }, mib }
 }
 
 export interface DispatchCost {

@@ -90,6 +90,9 @@ describe("the GPU check", () => {
       expect(r.measured, r.label).toBeGreaterThan(0)
       expect(r.fraction, r.label).toBeCloseTo(r.measured! / r.bound, 6)
     }
+    // errors WebGPU reports without throwing, per part (none on wasm; device-every-backend.test.ts injects one on WebGPU)
+    expect(result.gpu_errors).toEqual({ correctness: null, bounds: null, speed: null })
+    expect(readFileSync(path.join(out, "gpu-quick.md"), "utf8")).toContain("| GPU errors reported without throwing, speed | none |")
     expect(readFileSync(path.join(out, "gpu-quick.md"), "utf8")).toContain("| decode ×64 |")
     expect(readFileSync(path.join(out, "gpu-quick.svg"), "utf8")).toContain("<svg")
 

@@ -1,6 +1,7 @@
 export * from "./tokenizer/index.js"
 export * from "./chat/index.js"
 export { initBackend, BackendError, BACKENDS, type BackendName } from "./backend.js"
+export { takeGpuErrors } from "./gpuErrors.js"
 export { Rng, randomSeed } from "./random.js"
 export { ModelConfig, makeConfig, defaultFfWidth, parameterShapes, parameterCount, forwardFlops, RopeScaling } from "./model/config.js"
 export { Transformer, type TokenBatch } from "./model/transformer.js"
