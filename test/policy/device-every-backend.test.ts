@@ -29,7 +29,7 @@ interface Line {
   weights: { tensors: number; version: number; finite: boolean }
   saved: { optimizer: boolean; files: Array<string> }
   restored: { optimizer: boolean; worst: number }
-  rolledBack: { error: string; scores: boolean; steps: Array<number | undefined>; tensors: Array<number>; interrupted: { unfinished: boolean; scores: boolean }; gpuError: { message: string; scores: boolean } | null; moments: boolean }
+  rolledBack: { error: string; scores: boolean; steps: Array<number | undefined>; tensors: Array<number>; interrupted: { unfinished: boolean; scores: boolean; scoreLeftRunning: number }; gpuError: { message: string; scores: boolean } | null; moments: boolean }
 }
 
 const run = (backend: "wasm" | "webgpu"): Array<Line> => {
@@ -71,7 +71,7 @@ const holdsTogether = (lines: ReadonlyArray<Line>, backend: string) => {
       scores: true,
       steps: [3, 3],
       tensors: [tensors, tensors, tensors, tensors],
-      interrupted: { unfinished: true, scores: true },
+      interrupted: { unfinished: true, scores: true, scoreLeftRunning: 0 },
       // on WebGPU a step in which the GPU reported an error (one it does not throw) fails the Train, rolled back
       gpuError: backend === "webgpu" ? { message: expect.stringMatching(/^Train: step \d+: the GPU reported an error, so nothing computed since is used: Buffer usages must not be 0/), scores: true } : null,
       moments: true

@@ -46,6 +46,13 @@ const deviceError = (e: { readonly message: string }) => new DeviceError({ messa
 const asDeviceError = (prefix: string) => (e: unknown): DeviceError =>
   e instanceof DeviceError ? e : new DeviceError({ message: `${prefix}: ${e instanceof Error ? e.message : String(e)}` })
 
+/**
+ * Work on the backend, not left running when its caller goes away: its promise cannot be stopped,
+ * and left running it would share the device with the next call (training.ts `runSteps` says why
+ * that matters for a step). An interruption takes effect when it ends.
+ */
+const onBackend = <A>(what: string, run: () => Promise<A>) => Effect.tryPromise({ try: run, catch: asDeviceError(what) }).pipe(Effect.uninterruptible)
+
 const webgpuRefusal = (config: ModelConfig): string | undefined => {
   const unsupported = webgpuDecodeUnsupported(config)
   return unsupported === undefined ? undefined : `the WebGPU decoder cannot run this model (${unsupported}); serve it on the wasm backend (REINS_BACKEND=wasm)`
@@ -182,7 +189,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
           const adam = yield* Effect.try({ try: () => optimizer.configure(settings), catch: asDeviceError("Train") })
           // π_old for the PPO ratio: exact without it for the first step only
           const sequences = objective.kind === "pg" && checked.length > 1
-            ? yield* Effect.tryPromise({ try: () => withOldLogprobs(model, checked, packing), catch: asDeviceError("Train: scoring π_old") })
+            ? yield* onBackend("Train: scoring π_old", () => withOldLogprobs(model, checked, packing))
             : checked
           const batches = yield* Effect.try({ try: () => packSteps(sequences, packing), catch: asDeviceError("Train") })
           const stats = yield* runSteps(model, adam, batches, objective)
@@ -235,26 +242,23 @@ export const deviceHandlers = (options: DeviceOptions) =>
         }),
       Train: (request) => Effect.zipRight(refuseTraining("Train"), exclusive(timedTrain(request))),
       Score: ({ sequences }) =>
-        Effect.zipRight(refuseTraining("Score"), exclusive(Effect.tryPromise({
-          try: async () => {
-            sequences.forEach((tokens, i) => {
-              checkIds(tokens, model.config.vocabSize, `Score: sequence ${i}`)
-              if (tokens.length - 1 > contextLength) {
-                throw new DeviceError({ message: `Score: sequence ${i} has ${tokens.length} tokens; the model's context is ${contextLength}` })
-              }
-            })
-            const scored = await scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
-              maxTokens: contextMicroBatchTokens,
-              maxSeqLen: contextLength
-            })
-            const failed = gpuFailure("Score")
-            if (failed !== undefined) throw failed
-            for (const lp of scored) if (lp.length > 0) lp[0] = 0
-            return new ScoreResult({ version, logprobs: scored })
-          },
-          catch: asDeviceError("Score")
+        Effect.zipRight(refuseTraining("Score"), exclusive(onBackend("Score", async () => {
+          sequences.forEach((tokens, i) => {
+            checkIds(tokens, model.config.vocabSize, `Score: sequence ${i}`)
+            if (tokens.length - 1 > contextLength) {
+              throw new DeviceError({ message: `Score: sequence ${i} has ${tokens.length} tokens; the model's context is ${contextLength}` })
+            }
+          })
+          const scored = await scoreSequences(model, sequences.map((tokens) => ({ tokens, weights: new Float32Array(tokens.length) })), {
+            maxTokens: contextMicroBatchTokens,
+            maxSeqLen: contextLength
+          })
+          const failed = gpuFailure("Score")
+          if (failed !== undefined) throw failed
+          for (const lp of scored) if (lp.length > 0) lp[0] = 0
+          return new ScoreResult({ version, logprobs: scored })
         }))),
-      GetWeights: () => exclusive(Effect.tryPromise({ try: () => weightsMessage(model, version), catch: asDeviceError("GetWeights") })),
+      GetWeights: () => exclusive(onBackend("GetWeights", () => weightsMessage(model, version))),
       SetWeights: (message) =>
         exclusive(Effect.gen(function*() {
           if (lora !== undefined) return yield* new DeviceError({ message: "SetWeights: this device trains LoRA adapters; it serves its own merged weights" })
@@ -267,10 +271,10 @@ export const deviceHandlers = (options: DeviceOptions) =>
         })),
       Save: ({ dir, optimizer: withOptimizer }) =>
         exclusive(Effect.gen(function*() {
-          const state = withOptimizer ? yield* Effect.tryPromise({ try: async () => optimizer.current?.exportState(), catch: asDeviceError("Save") }) : undefined
+          const state = withOptimizer ? yield* onBackend("Save", async () => optimizer.current?.exportState()) : undefined
           if (lora !== undefined) yield* saveLoraCheckpointDir(dir, model, { version, baseModel: options.modelDir, optimizer: state })
           else {
-            const weights = yield* Effect.tryPromise({ try: () => model.readWeightsAsync(), catch: asDeviceError("Save") })
+            const weights = yield* onBackend("Save", () => model.readWeightsAsync())
             yield* saveCheckpointDir(dir, { ...policy, config: policy.config.withVersion(version), weights }, state)
           }
           return new SaveResult({ dir: path.resolve(dir), version, optimizer: state !== undefined })
