@@ -118,7 +118,7 @@ export const deviceHandlers = (options: DeviceOptions) =>
     const rollbackWhere = (seqLen: number, tokens?: number): RollbackWhere =>
       rollbackFitsOnDevice(model.config, { memoryBytes: memory.bytes, ...shape(seqLen), tokens }) ? "device" : "host"
     const rollbackPoint = (what: string, take: () => Promise<RollbackPoint>) =>
-      Effect.acquireRelease(Effect.tryPromise({ try: take, catch: asDeviceError(what) }), (point) => Effect.sync(() => point.dispose()))
+      Effect.acquireRelease(onBackend(what, take), (point) => Effect.sync(() => point.dispose()))
     const engine = yield* makeEngine({
       model,
       tokenizer: policy.tokenizer,
